@@ -1,0 +1,6 @@
+"""autoitt's command line and everything around a rewrite: files, diffs, reports.
+
+Kept import-light: instrumented copies import :mod:`instrumenter.window`.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,259 @@
+"""The ``autoitt`` command line: thin commands over transforms, files, diff and report.
+
+Heavy imports (libcst, rich) happen inside the commands that need them, so
+``autoitt --help`` starts quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+import click
+
+from . import __version__
+from .report import ExitCode, Report
+
+_EPILOG = """\b
+Examples:
+  autoitt loops train.py              what would be marked, and why
+  autoitt instrument train.py --diff  preview the markers, write nothing
+  autoitt instrument train.py         write train_itt.py next to train.py
+  vtune -collect hotspots -start-paused -- python train_itt.py
+"""
+
+
+def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    labels = []
+    for value in values:
+        line, sep, name = value.partition("=")
+        if not sep or not line.strip().isdigit() or not name.strip():
+            raise click.BadParameter(f"expected LINE=NAME (e.g. 42=warmup), got {value!r}")
+        name = name.strip()
+        if any(ch in name for ch in "\"\\\n"):
+            raise click.BadParameter(f"a label cannot contain quotes, backslashes or newlines: {name!r}")
+        labels.append((int(line), name))
+    return tuple(labels)
+
+
+_label_option = click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="LINE=NAME",
+    callback=_parse_labels,
+    help="Name the task of the loop (or call) on LINE of the original script; repeatable.",
+)
+
+
+@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="autoitt")
+def cli() -> None:
+    """Profile ML training with Intel VTune, without editing your script.
+
+    autoitt finds the training loops of an unmodified script (epochs, steps,
+    evaluation; PyTorch, TensorFlow 1 sessions, TF2/Keras, library fit()
+    calls) and writes an instrumented copy with Intel ITT markers:
+    itt.resume()/itt.pause() around training (for VTune's -start-paused),
+    one ITT task per loop and per iteration, and for PyTorch emit_itt() so
+    every operator is labelled. Your script is never modified.
+    """
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Where to write the copy. Default: <stem>_itt.py next to SCRIPT.")
+@click.option("--in-place", is_flag=True,
+              help="Rewrite SCRIPT itself (a backup is kept as SCRIPT.orig).")
+@click.option("--force", is_flag=True,
+              help="Replace an output file (or backup) that autoitt did not write.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print what would be inserted; write nothing.")
+@click.option("--diff-style", type=click.Choice(["markers", "unified"]), default="markers", show_default=True,
+              help="markers: indentation changes shown as context, so inserted lines stand out; "
+                   "unified: a strict diff that patch can apply.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if markers would be added, 0 if the script is already "
+                   "instrumented or has nothing to instrument.")
+@click.option("--domain", metavar="NAME", help="ITT domain for the markers. Default: autoitt.<script stem>.")
+@click.option("--no-torch-ops", is_flag=True,
+              help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks).")
+@click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Start collecting at step N+1 (steps counted across epochs), leaving warm-up out.")
+@click.option("--steps", type=click.IntRange(min=1), default=None, metavar="M",
+              help="Collect M steps, then pause. Default: to the end of training.")
+@click.option("--pt-regions", is_flag=True,
+              help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8).")
+@_label_option
+@click.option("--color/--no-color", default=None, help="Colour the diff. Default: when printing to a terminal.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+def instrument(script: Path, output: Optional[Path], in_place: bool, force: bool, show_diff: bool,
+               diff_style: str, check: bool, domain: Optional[str], no_torch_ops: bool, skip_steps: int,
+               steps: Optional[int], pt_regions: bool, labels: Tuple[Tuple[int, str], ...],
+               color: Optional[bool], quiet: bool) -> None:
+    """Write a copy of SCRIPT with ITT markers around its training loops.
+
+    The copy imports ittapi.compat (pip install ittapi), creates one ITT
+    domain, resumes collection right before training starts and pauses it
+    right after, and marks every epoch, step and eval loop and every
+    model.fit()-style call with ITT tasks that stay balanced on break,
+    continue, return and exceptions. Run the copy under
+    `vtune -collect hotspots -start-paused`, or with `autoitt profile`.
+
+    Loops are found by what they do (loss.backward(), optimizer.step(),
+    sess.run(train_op), apply_gradients, train_on_batch, ...). Override with a
+    comment on the loop's line: `# autoitt: skip`, or `# autoitt: step`,
+    `epoch`, `eval`. See what was found with `autoitt loops SCRIPT`.
+
+    Exit codes: 0 done (or nothing to do), 1 --check found changes,
+    2 bad usage or input, 123 internal error.
+    """
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and --output exclude each other")
+    from transforms import Mode
+
+    mode = Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
+                pt_regions=pt_regions, labels=labels)
+    report = Report(check=check, quiet=quiet)
+    _run_guarded(report, lambda: _instrument_one(
+        report, script, mode, output=output, in_place=in_place, force=force, show_diff=show_diff,
+        diff_style=diff_style, color=color, write=not (show_diff or check)))
+    sys.exit(int(report.exit_code))
+
+
+def _run_guarded(report: Report, action) -> None:
+    """Turn any unexpected exception into exit code 123 with a useful message."""
+    from transforms import RewriteError, SourceError
+
+    try:
+        action()
+    except SourceError as exc:
+        report.input_error(str(exc))
+    except RewriteError as exc:
+        report.internal_error(str(exc))
+    except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the contract is exit 123, never a bare traceback
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
+        report.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
+
+
+def _instrument_one(report: Report, script: Path, mode, *, output: Optional[Path], in_place: bool, force: bool,
+                    show_diff: bool, diff_style: str, color: Optional[bool], write: bool) -> None:
+    from transforms import Outcome, SourceError, instrument_source
+
+    from . import files
+
+    data = files.read_script(script)
+    result = instrument_source(data, str(script), mode, stem=script.stem)
+    for note in result.plan.notes:
+        where = f"{script}:{note.line}: " if note.line else f"{script}: "
+        report.note(where + note.message)
+    if result.outcome is Outcome.ALREADY_INSTRUMENTED:
+        report.unchanged_file(f"{script}: already instrumented by {result.detection.already_instrumented}; nothing to do")
+        return
+    if result.outcome is Outcome.NOTHING_TO_DO:
+        report.unchanged_file(f"{script}: no training loops found; nothing written "
+                              "(see `autoitt loops` and the '# autoitt: step' comment)")
+        return
+
+    target = script if in_place else (output or files.default_output(script))
+    if show_diff:
+        _print_diff(result, script, target, diff_style, color)
+    summary = ", ".join(f"{r.role} at line {r.line}" for r in result.detection.regions)
+    if not write:
+        report.changed_file(f"would instrument {script}: {summary}")
+        return
+
+    if not in_place and files.same_file(target, script):
+        raise SourceError(str(target), "is the script itself; use --in-place to rewrite the script (a backup is kept)")
+    if not target.parent.is_dir():
+        raise SourceError(str(target), f"cannot write: folder {target.parent} does not exist")
+    if target.is_dir():
+        raise SourceError(str(target), "is a directory; give a file name for the copy")
+    if in_place:
+        backup = files.backup_path(script)
+        if backup.exists() and not force:
+            raise SourceError(str(backup), "backup exists already; move it away or pass --force")
+        files.copy_backup(script, backup)
+        files.atomic_write(script, result.output, mode_from=script)
+        report.changed_file(f"rewrote {script} in place (original kept as {backup}): {summary}")
+        return
+    if target.exists() and not force and not files.written_by_autoitt(target):
+        raise SourceError(str(target), "exists and was not written by autoitt; choose another -o or pass --force")
+    files.atomic_write(target, result.output, mode_from=script)
+    report.changed_file(f"wrote {target} from {script}: {summary}")
+    report.note(f"next: vtune -collect hotspots -start-paused -- {Path(sys.executable).name} {target}")
+
+
+def _print_diff(result, script: Path, target: Path, style: str, color: Optional[bool]) -> None:
+    from .diff import colorize, marker_diff, unified_diff
+
+    encoding = result.source.encoding
+    original = result.source.text
+    instrumented = result.output.decode(encoding)
+    if style == "unified":
+        text = unified_diff(original, instrumented, str(script), str(target))
+    else:
+        text, _ = marker_diff(original, instrumented, str(script), str(target))
+    use_color = sys.stdout.isatty() if color is None else color
+    click.echo(colorize(text) if use_color else text, nl=False, color=use_color)
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", "reason"}.')
+@_label_option
+def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> None:
+    """List the training regions autoitt finds in SCRIPT, and why.
+
+    Roles: epoch (a loop around step loops, or over epochs), step (one
+    parameter update per iteration), eval (forward passes without updates),
+    train-call (one call that trains inside a library, e.g. model.fit).
+    Lines are those of SCRIPT as it is on disk. Writes nothing.
+    """
+    report = Report(quiet=as_json)
+    _run_guarded(report, lambda: _list_loops(report, script, as_json, labels))
+    sys.exit(int(report.exit_code))
+
+
+def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
+    from transforms import detect, parse_source
+
+    from . import files
+
+    source = parse_source(files.read_script(script), str(script))
+    detection = detect(source, dict(labels))
+    if as_json:
+        click.echo(json.dumps([region.to_json() for region in detection.regions], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=False, highlight=False)
+    if detection.already_instrumented:
+        console.print(f"{script} is already instrumented by {detection.already_instrumented}.")
+    if not detection.regions:
+        console.print(f"{script}: no training loops found.")
+    else:
+        table = Table(title=f"Training regions in {script}", title_justify="left")
+        for column in ("line", "role", "function", "label", "why"):
+            table.add_column(column, overflow="fold")
+        for region in detection.regions:
+            lines = f"{region.line}-{region.end_line}" if region.end_line != region.line else str(region.line)
+            table.add_row(lines, region.role, region.function or "(module)", region.label, region.reason)
+        console.print(table)
+    for note in detection.notes:
+        console.print(f"[dim]{script}:{note.line}: {note.message}[/dim]" if note.line else f"[dim]{note.message}[/dim]")
+
+
+def main() -> None:
+    cli(prog_name="autoitt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""What a single call or name says about training, one recogniser per idiom.
+
+Every recogniser returns a short human reason (shown by ``autoitt loops``) or
+``None``. They look at one ``ast`` node at a time; walking the script and
+following calls is :mod:`transforms._detect`'s job.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Set
+
+from ._names import ImportTable, dotted, last_name
+
+# A name that "clearly names an optimizer": opt, optim, optimizer, opt_g,
+# optimizer_d, self.optimizer2 ... but never a scheduler.
+_OPTIMIZER_NAME = re.compile(r"^(?:.*_)?(?:opt|optim|optimizer|optimiser)(?:_.*|\d*)$", re.I)
+_SCHEDULER_NAME = re.compile(r"sched|(?:^|_)lr(?:_|$)", re.I)
+# TF1 ops fetched to train: train, train_op, train_step, optimize, update_op ...
+_TRAIN_OP_NAME = re.compile(
+    r"^(?:.*_)?(?:train|training|optimi[sz]e|minimi[sz]e|update)(?:_?(?:op|ops|step))?$", re.I
+)
+# Functions whose call is one training step: train_step, _train_step, training_step,
+# train_batch, train_on_batch, update_step, step_fn ...
+_TRAIN_STEP_FUNCTION = re.compile(
+    r"^_*(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn)$",
+    re.I,
+)
+_EPOCH_NAME = re.compile(r"epoch", re.I)
+_EVAL_FUNCTION = re.compile(
+    r"(?:^|_)(?:eval|evaluate|evaluation|validate|validation|valid|val|test|testing|inference|predict)(?:_|$)",
+    re.I,
+)
+_TRAINER_NAME = re.compile(r"trainer|estimator|classifier|regressor|learner", re.I)
+
+_COMPILE_DECORATORS = {
+    "tensorflow.function": "@tf.function",
+    "tf.function": "@tf.function",
+    "torch.jit.script": "@torch.jit.script",
+    "torch.jit.trace": "@torch.jit.trace",
+    "torch.compile": "@torch.compile",
+    "jax.jit": "@jax.jit",
+    "jax.pmap": "@jax.pmap",
+    "numba.jit": "@numba.jit",
+    "numba.njit": "@numba.njit",
+}
+_NO_GRAD_CONTEXTS = {
+    "torch.no_grad": "torch.no_grad()",
+    "torch.inference_mode": "torch.inference_mode()",
+    "torch.autograd.no_grad": "torch.no_grad()",
+    "torch.autograd.grad_mode.no_grad": "torch.no_grad()",
+}
+# Calls that never run a model: seeing only these in a loop is not a forward pass.
+_NOT_FORWARD = frozenset(
+    """print len range enumerate zip str int float bool list dict tuple set sum min max abs
+    round isinstance issubclass format open sorted reversed iter next getattr setattr hasattr
+    repr type id map filter any all append extend insert pop items keys values get update add
+    join split strip replace item tolist numpy cpu detach to size shape reshape view clone
+    copy write flush sleep time perf_counter info debug warning error log extend_left
+    set_description set_postfix""".split()
+)
+
+
+@dataclass
+class Bindings:
+    """Names the script binds to training objects.
+
+    ``optimizers``: dotted targets assigned an optimizer constructor
+    (``optimizer``, ``self.opt_d``). ``train_ops``: targets assigned the op a TF1
+    ``optimizer.minimize(...)`` returns. ``instances``: name -> class defined in
+    this file, from ``trainer = Trainer(...)``. ``external``: names assigned
+    the result of calling something imported (``model = keras.Sequential()``).
+    """
+
+    optimizers: Set[str] = field(default_factory=set)
+    train_ops: Set[str] = field(default_factory=set)
+    instances: Dict[str, str] = field(default_factory=dict)
+    external: Set[str] = field(default_factory=set)
+
+
+def is_optimizer_constructor(resolved: str) -> bool:
+    if "lr_scheduler" in resolved or "schedules" in resolved:
+        return False
+    return (
+        ".optim." in resolved
+        or ".optimizers." in resolved
+        or resolved.endswith("Optimizer")
+        or resolved.startswith("optax.")
+    )
+
+
+def collect_bindings(tree: ast.Module, imports: ImportTable, classes: Set[str]) -> Bindings:
+    """One pass over the assignments of the whole script."""
+    bindings = Bindings()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if not isinstance(value, ast.Call):
+            continue
+        names = [dotted(t) for t in targets]
+        names = [n for n in names if n]
+        if not names:
+            continue
+        callee = imports.resolve(value.func) or ""
+        if is_optimizer_constructor(callee):
+            bindings.optimizers.update(names)
+        elif isinstance(value.func, ast.Attribute) and value.func.attr in ("minimize", "apply_gradients"):
+            bindings.train_ops.update(names)
+        elif callee in classes:
+            for name in names:
+                bindings.instances[name] = callee
+        elif imports.is_imported(value.func):
+            bindings.external.update(names)
+    return bindings
+
+
+def _names_an_optimizer(node: ast.AST, bindings: Bindings) -> bool:
+    name = dotted(node)
+    if name is None:
+        return False
+    if name in bindings.optimizers:
+        return True
+    last = last_name(node) or ""
+    return bool(_OPTIMIZER_NAME.match(last)) and not _SCHEDULER_NAME.search(last)
+
+
+def _fetches_train_op(node: ast.AST, bindings: Bindings) -> Optional[str]:
+    """The train op among ``sess.run``'s fetches (a name, or one in a list/tuple/dict)."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        for element in node.elts:
+            found = _fetches_train_op(element, bindings)
+            if found:
+                return found
+        return None
+    if isinstance(node, ast.Dict):
+        for element in node.values:
+            found = _fetches_train_op(element, bindings)
+            if found:
+                return found
+        return None
+    name = dotted(node)
+    if name is None:
+        return None
+    if name in bindings.train_ops or _TRAIN_OP_NAME.match(last_name(node) or ""):
+        return name
+    return None
+
+
+def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
+    """Why this call updates parameters, or ``None``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        receiver = dotted(func.value)
+        shown = receiver if receiver else "..."
+        attr = func.attr
+        if attr == "backward":
+            if call.args:
+                return f"{shown}.backward({dotted(call.args[0]) or '...'})"
+            return f"{shown}.backward()"
+        if attr == "step" and _names_an_optimizer(func.value, bindings):
+            return f"{shown}.step()"
+        if attr == "step" and call.args and _names_an_optimizer(call.args[0], bindings):
+            return f"{shown}.step({dotted(call.args[0])})"
+        if attr == "optimizer_step":
+            return f"{shown}.optimizer_step()"
+        if attr == "minimize" and _names_an_optimizer(func.value, bindings):
+            return f"{shown}.minimize()"
+        if attr == "apply_gradients":
+            return f"{shown}.apply_gradients()"
+        if attr == "train_on_batch":
+            return f"{shown}.train_on_batch()"
+        if attr == "run":
+            fetches = call.args[0] if call.args else next(
+                (k.value for k in call.keywords if k.arg == "fetches"), None
+            )
+            if fetches is not None:
+                op = _fetches_train_op(fetches, bindings)
+                if op:
+                    return f"{shown}.run({op})"
+    callee = last_name(func)
+    if callee and _TRAIN_STEP_FUNCTION.match(callee):
+        return f"calls {dotted(func) or callee}()"
+    return None
+
+
+def train_call(call: ast.Call, imports: ImportTable) -> Optional[str]:
+    """The task label for a call that trains inside a library, or ``None``.
+
+    ``model.fit(...)`` (Keras, Lightning, scikit-learn), ``trainer.train()``
+    (Hugging Face), ``estimator.train(input_fn=...)`` and
+    ``tf.estimator.train_and_evaluate(...)``. PyTorch's ``model.train()`` only
+    switches mode and is not one.
+    """
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if func.attr in ("fit", "fit_generator") and (call.args or call.keywords):
+        return "fit"
+    if func.attr == "fit" and _TRAINER_NAME.search(dotted(func.value) or ""):
+        return "fit"
+    if func.attr == "train":
+        receiver = dotted(func.value) or ""
+        keywords = {k.arg for k in call.keywords}
+        if _TRAINER_NAME.search(receiver.rsplit(".", 1)[-1]) or keywords & {"input_fn", "max_steps", "hooks"}:
+            return "train"
+    if (imports.resolve(func) or "").endswith("estimator.train_and_evaluate"):
+        return "train_and_evaluate"
+    return None
+
+
+def compile_decorator(decorator: ast.AST, imports: ImportTable) -> Optional[str]:
+    """``@tf.function``-style text when ``decorator`` compiles or traces the function."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    resolved = imports.resolve(target) or ""
+    if resolved in _COMPILE_DECORATORS:
+        return _COMPILE_DECORATORS[resolved]
+    if resolved == "functools.partial" and isinstance(decorator, ast.Call) and decorator.args:
+        return compile_decorator(decorator.args[0], imports)
+    return None
+
+
+def grad_disabled(context: ast.AST, imports: ImportTable) -> Optional[str]:
+    """``torch.no_grad()``-style text when a ``with`` item turns gradients off."""
+    target = context.func if isinstance(context, ast.Call) else context
+    resolved = imports.resolve(target) or ""
+    if resolved in _NO_GRAD_CONTEXTS:
+        return _NO_GRAD_CONTEXTS[resolved]
+    if resolved == "torch.set_grad_enabled" and isinstance(context, ast.Call) and context.args:
+        arg = context.args[0]
+        if isinstance(arg, ast.Constant) and arg.value is False:
+            return "torch.set_grad_enabled(False)"
+    return None
+
+
+def mode_switch(call: ast.Call) -> Optional[str]:
+    """``"eval"``/``"train"`` for ``model.eval()``/``model.train()`` statements."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("eval", "train") and not call.args and not call.keywords:
+        return func.attr
+    return None
+
+
+def is_forward_call(call: ast.Call) -> bool:
+    """True for a call that may run a model (anything but plain bookkeeping)."""
+    name = last_name(call.func)
+    return name is not None and name not in _NOT_FORWARD
+
+
+def names_epochs(loop: ast.AST) -> Optional[str]:
+    """Why a ``for``/``while`` header looks like it iterates over epochs."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        parts = [loop.target, loop.iter]
+    elif isinstance(loop, ast.While):
+        parts = [loop.test]
+    else:
+        return None
+    for part in parts:
+        for node in ast.walk(part):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name and _EPOCH_NAME.search(name):
+                return f"iterates over epochs ({name})"
+    return None
+
+
+def eval_function_name(name: str) -> bool:
+    return bool(_EVAL_FUNCTION.search(name))

@@ -1,0 +1,49 @@
+"""The one configuration object threaded through detection, planning and rewriting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Tuple
+
+#: VTune's anomaly-detection API accepts region ids 0..7 (ittnotify.h).
+MAX_PT_REGIONS = 8
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a script is instrumented.
+
+    ``domain``: the ITT domain name; ``None`` derives ``autoitt.<script stem>``.
+    ``torch_ops``: wrap PyTorch training regions in ``emit_itt()`` so every
+    operator is a labelled task.
+    ``skip_steps``/``steps``: the collection window, counted in step iterations
+    across epochs (``steps=None`` collects to the end of the region).
+    ``pt_regions``: also mark each step for VTune's anomaly detection.
+    ``labels``: task label overrides, keyed by the 1-based line of the loop or
+    call in the original file.
+    """
+
+    domain: Optional[str] = None
+    torch_ops: bool = True
+    skip_steps: int = 0
+    steps: Optional[int] = None
+    pt_regions: bool = False
+    labels: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.skip_steps < 0:
+            raise ValueError("skip_steps must be >= 0")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError("steps must be >= 1")
+
+    @property
+    def windowed(self) -> bool:
+        """True when collection is limited to a window of steps."""
+        return self.skip_steps > 0 or self.steps is not None
+
+    @property
+    def label_overrides(self) -> Mapping[int, str]:
+        return dict(self.labels)
+
+    def domain_for(self, script_stem: str) -> str:
+        return self.domain if self.domain else f"autoitt.{script_stem}"

@@ -1,0 +1,227 @@
+"""Applying a :class:`~transforms._plan.Plan` to the script's libcst tree.
+
+Only statements are visited: the transformer counts them in the same order as
+detection did (see :mod:`transforms._walk`) and never descends into
+expressions, which keeps the rewrite close to the cost of a bare parse. The
+import goes in through libcst's ``AddImportsVisitor``; everything else is
+built from code text parsed with the module's own newline and indentation, so
+a CRLF file stays CRLF and a two-space file stays two-space.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Union
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from ._errors import RewriteError
+from ._plan import ITT_MODULE, Edit, Plan, Wrap
+
+_Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+# Nodes whose children may hold statements; everything else is a leaf here.
+_DESCEND = (
+    cst.Module,
+    cst.BaseCompoundStatement,
+    cst.IndentedBlock,
+    cst.SimpleStatementLine,
+    cst.SimpleStatementSuite,
+    cst.Else,
+    cst.Finally,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.MatchCase,
+)
+
+
+class _StatementRewriter(cst.CSTTransformer):
+    """Wraps each planned statement and loop body, found by statement ordinal."""
+
+    def __init__(self, plan: Plan, module: cst.Module) -> None:
+        super().__init__()
+        self._edits: Dict[int, Edit] = {edit.ordinal: edit for edit in plan.edits}
+        self._config = module.config_for_parsing
+        self._default_indent = module.default_indent
+        self._next_ordinal = 0
+        self._ordinal_of: Dict[int, int] = {}
+        self._indents: List[str] = []
+        self._parsed: Dict[str, cst.SimpleStatementLine] = {}
+        self.applied = 0
+
+    # -- traversal -------------------------------------------------------------
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            self._ordinal_of[id(node)] = self._next_ordinal
+            self._next_ordinal += 1
+        if isinstance(node, cst.IndentedBlock):
+            self._indents.append(node.indent if node.indent is not None else self._default_indent)
+        return isinstance(node, _DESCEND)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        if isinstance(original_node, cst.IndentedBlock):
+            self._indents.pop()
+        if isinstance(original_node, (cst.For, cst.While)):
+            edit = self._edits.get(self._ordinal_of[id(original_node)])
+            if edit is not None:
+                self._check(edit, original_node)
+                return self._wrap_loop(updated_node, edit)
+        elif isinstance(original_node, cst.SimpleStatementLine):
+            for small in original_node.body:
+                edit = self._edits.get(self._ordinal_of[id(small)])
+                if edit is not None:
+                    self._check(edit, small)
+                    return self._wrap_statement(updated_node, edit.around)
+        elif isinstance(original_node, cst.SimpleStatementSuite):
+            for small in original_node.body:
+                edit = self._edits.get(self._ordinal_of[id(small)])
+                if edit is not None:
+                    self._check(edit, small)
+                    line = cst.SimpleStatementLine(body=updated_node.body)
+                    return self._block([*self._wrap_statements(line, edit.around)], updated_node.trailing_whitespace)
+        return updated_node
+
+    def _check(self, edit: Edit, node: cst.CSTNode) -> None:
+        expected = {"for": cst.For, "while": cst.While}.get(edit.kind, cst.BaseSmallStatement)
+        if not isinstance(node, expected):
+            raise RewriteError(
+                f"statement {edit.ordinal} (line {edit.line}) is a {type(node).__name__}, expected {edit.kind}"
+            )
+        self.applied += 1
+
+    # -- building blocks ------------------------------------------------------------
+
+    @property
+    def _unit(self) -> str:
+        return self._indents[-1] if self._indents else self._default_indent
+
+    def _statement(self, code: str) -> cst.SimpleStatementLine:
+        parsed = self._parsed.get(code)
+        if parsed is None:
+            parsed = cst.parse_statement(code + self._config.default_newline, config=self._config)
+            assert isinstance(parsed, cst.SimpleStatementLine)
+            self._parsed[code] = parsed
+        return parsed
+
+    def _block(self, body: Sequence[_Statement], header: Optional[cst.TrailingWhitespace] = None,
+               indent: Optional[str] = None, footer: Sequence[cst.EmptyLine] = ()) -> cst.IndentedBlock:
+        return cst.IndentedBlock(
+            body=list(body),
+            header=header if header is not None else cst.TrailingWhitespace(),
+            indent=indent if indent is not None else self._unit_or_none(),
+            footer=list(footer),
+        )
+
+    def _unit_or_none(self) -> Optional[str]:
+        unit = self._unit
+        return None if unit == self._default_indent else unit
+
+    def _wrap_statements(self, statement: _Statement, wrap: Wrap, indent: Optional[str] = None) -> List[_Statement]:
+        """``before...; try: [with context:] statement  finally: after...``."""
+        leading = statement.leading_lines
+        inner: _Statement = statement.with_changes(leading_lines=())
+        if wrap.context is not None:
+            inner = cst.With(
+                items=[cst.WithItem(cst.parse_expression(wrap.context, config=self._config))],
+                body=self._block([inner], indent=indent),
+            )
+        before = [self._statement(code) for code in wrap.before]
+        guarded = cst.Try(
+            body=self._block([inner], indent=indent),
+            finalbody=cst.Finally(body=self._block([self._statement(code) for code in wrap.after], indent=indent)),
+        )
+        result: List[_Statement] = [*before, guarded]
+        result[0] = result[0].with_changes(leading_lines=leading)
+        return result
+
+    def _wrap_statement(self, statement: _Statement, wrap: Wrap) -> cst.FlattenSentinel:
+        return cst.FlattenSentinel(self._wrap_statements(statement, wrap))
+
+    def _wrap_loop(self, loop: Union[cst.For, cst.While], edit: Edit) -> cst.FlattenSentinel:
+        if edit.each is not None:
+            loop = loop.with_changes(body=self._wrap_body(loop.body, edit.each))
+        return self._wrap_statement(loop, edit.around)
+
+    def _wrap_body(self, body: cst.BaseSuite, wrap: Wrap) -> cst.IndentedBlock:
+        if isinstance(body, cst.SimpleStatementSuite):
+            statements: List[_Statement] = [cst.SimpleStatementLine(body=body.body)]
+            header, indent, footer = body.trailing_whitespace, None, ()
+        else:
+            assert isinstance(body, cst.IndentedBlock)
+            statements, header, indent, footer = list(body.body), body.header, body.indent, body.footer
+        unit = indent if indent is not None else self._unit_or_none()
+        before = [self._statement(code) for code in wrap.before]
+        guarded = cst.Try(
+            body=cst.IndentedBlock(body=statements, indent=unit, footer=footer),
+            finalbody=cst.Finally(
+                body=cst.IndentedBlock(body=[self._statement(code) for code in wrap.after], indent=unit)
+            ),
+        )
+        return cst.IndentedBlock(body=[*before, guarded], header=header, indent=unit)
+
+
+def _leading_block_end(module: cst.Module) -> int:
+    """Index just past the docstring and first import block (AddImportsVisitor's territory)."""
+    body = module.body
+    index = 0
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) and isinstance(
+        body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)
+    ):
+        index = 1
+    while index < len(body) and isinstance(body[index], cst.SimpleStatementLine) and isinstance(
+        body[index].body[0], (cst.Import, cst.ImportFrom)
+    ):
+        index += 1
+    return index
+
+
+def _is_itt_import(statement: cst.CSTNode, asname: str) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Import):
+        return False
+    for alias in statement.body[0].names:
+        name = cst.Module([]).code_for_node(alias.name)
+        if name == ITT_MODULE and alias.asname is not None and cst.ensure_type(alias.asname.name, cst.Name).value == asname:
+            return True
+    return False
+
+
+def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
+    """The imports (through AddImportsVisitor) and the module-level ITT objects after them.
+
+    AddImportsVisitor only looks at the leading docstring and import block to
+    place new imports; running it on that part alone gives the same placement
+    without resolving scopes over the whole file.
+    """
+    split = _leading_block_end(module)
+    head = module.with_changes(body=module.body[: split + 1])
+    context = CodemodContext()
+    for module_name, obj, asname in plan.imports:
+        AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
+    head = AddImportsVisitor(context).transform_module(head)
+    body = list(head.body) + list(module.body[split + 1 :])
+    itt_name = next(asname for name, _, asname in plan.imports if name == ITT_MODULE)
+    at = next((i for i, statement in enumerate(body) if _is_itt_import(statement, itt_name)), None)
+    if at is None:
+        raise RewriteError("AddImportsVisitor did not add the ittapi import")
+    config = module.config_for_parsing
+    header = [cst.parse_statement(code + config.default_newline, config=config) for code in plan.header]
+    comment = cst.EmptyLine(comment=cst.Comment(plan.header_comment))
+    header[0] = header[0].with_changes(leading_lines=[cst.EmptyLine(), comment])
+    # Imports that follow ours keep their place after the ITT objects are made.
+    rest = body[at + 1 :]
+    if rest and not rest[0].leading_lines:
+        rest[0] = rest[0].with_changes(leading_lines=[cst.EmptyLine()])
+    return module.with_changes(body=[*body[: at + 1], *header, *rest])
+
+
+def rewrite(data: bytes, plan: Plan) -> bytes:
+    """The instrumented bytes of ``data`` (same encoding and newlines)."""
+    module = cst.parse_module(data)
+    rewriter = _StatementRewriter(plan, module)
+    updated = module.visit(rewriter)
+    if rewriter.applied != len(plan.edits):
+        raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
+    updated = _add_header(updated, plan)
+    return updated.bytes
