@@ -177,14 +177,9 @@ def _leading_block_end(module: cst.Module) -> int:
     return index
 
 
-def _is_itt_import(statement: cst.CSTNode, asname: str) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(statement.body[0], cst.Import):
-        return False
-    for alias in statement.body[0].names:
-        name = cst.Module([]).code_for_node(alias.name)
-        if name == ITT_MODULE and alias.asname is not None and cst.ensure_type(alias.asname.name, cst.Name).value == asname:
-            return True
-    return False
+def _import_code(module_name: str, obj: Optional[str], asname: Optional[str]) -> str:
+    alias = f" as {asname}" if asname else ""
+    return f"from {module_name} import {obj}{alias}" if obj else f"import {module_name}{alias}"
 
 
 def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
@@ -201,10 +196,17 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
         AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
     head = AddImportsVisitor(context).transform_module(head)
     body = list(head.body) + list(module.body[split + 1 :])
-    itt_name = next(asname for name, _, asname in plan.imports if name == ITT_MODULE)
-    at = next((i for i, statement in enumerate(body) if _is_itt_import(statement, itt_name)), None)
-    if at is None:
-        raise RewriteError("AddImportsVisitor did not add the ittapi import")
+    # The ITT objects go after the last import autoitt added (AddImportsVisitor
+    # puts them together, plain imports before from-imports).
+    added = {_import_code(*spec) for spec in plan.imports}
+    empty = cst.Module([])
+    positions = [
+        i for i, statement in enumerate(body[: split + 1 + len(added)])
+        if empty.code_for_node(statement.with_changes(leading_lines=())).strip() in added
+    ]
+    if len(positions) != len(added):
+        raise RewriteError("AddImportsVisitor did not add the imports autoitt needs")
+    at = max(positions)
     config = module.config_for_parsing
     header = [cst.parse_statement(code + config.default_newline, config=config) for code in plan.header]
     comment = cst.EmptyLine(comment=cst.Comment(plan.header_comment))

@@ -1,0 +1,93 @@
+"""Records the ittapi calls an instrumented copy makes, in-process, and checks VTune's rules.
+
+The real ``ittapi.compat`` functions still run (the copy talks to the real
+ittapi, with no collector attached); the recorder wraps them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+import ittapi.compat
+
+
+@dataclass
+class Recorder:
+    """Calls as ``(kind, name)`` tuples, plus the rule violations seen."""
+
+    calls: List[Tuple[str, Any]] = field(default_factory=list)
+    violations: List[str] = field(default_factory=list)
+    #: like ``vtune -start-paused``: nothing is collected until the first resume
+    collecting: bool = False
+    stacks: Dict[int, List[str]] = field(default_factory=dict)
+
+    def install(self, monkeypatch) -> "Recorder":
+        real = {name: getattr(ittapi.compat, name) for name in
+                ("task_begin", "task_end", "resume", "pause", "pt_region_begin", "pt_region_end")}
+
+        def task_begin(domain, name):
+            self.calls.append(("begin", name))
+            if not self.collecting:
+                self.violations.append(f"task {name!r} begun while collection is paused")
+            self._stack().append(name)
+            real["task_begin"](domain, name)
+
+        def task_end(domain):
+            stack = self._stack()
+            if not stack:
+                self.violations.append("task_end without an open task")
+                name = None
+            else:
+                name = stack.pop()
+            if not self.collecting:
+                self.violations.append(f"task {name!r} ended while collection is paused")
+            self.calls.append(("end", name))
+            real["task_end"](domain)
+
+        def resume():
+            self.calls.append(("resume", None))
+            if self.collecting:
+                self.violations.append("resume while already collecting")
+            self.collecting = True
+            real["resume"]()
+
+        def pause():
+            self.calls.append(("pause", None))
+            if any(self.stacks.values()):
+                self.violations.append(f"pause with tasks open: {self.stacks}")
+            self.collecting = False
+            real["pause"]()
+
+        def pt_begin(region):
+            self.calls.append(("pt_begin", region))
+            real["pt_region_begin"](region)
+
+        def pt_end(region):
+            self.calls.append(("pt_end", region))
+            real["pt_region_end"](region)
+
+        monkeypatch.setattr(ittapi.compat, "task_begin", task_begin)
+        monkeypatch.setattr(ittapi.compat, "task_end", task_end)
+        monkeypatch.setattr(ittapi.compat, "resume", resume)
+        monkeypatch.setattr(ittapi.compat, "pause", pause)
+        monkeypatch.setattr(ittapi.compat, "pt_region_begin", pt_begin)
+        monkeypatch.setattr(ittapi.compat, "pt_region_end", pt_end)
+        return self
+
+    def _stack(self) -> List[str]:
+        return self.stacks.setdefault(threading.get_ident(), [])
+
+    @property
+    def open_tasks(self) -> List[str]:
+        return [name for stack in self.stacks.values() for name in stack]
+
+    def names(self, kind: str) -> List[Any]:
+        return [name for k, name in self.calls if k == kind]
+
+    def assert_balanced(self) -> None:
+        assert not self.violations, self.violations
+        assert not self.open_tasks, f"tasks left open: {self.open_tasks}"
+        assert not self.collecting, "collection left running (no pause after the region)"
+        assert len(self.names("begin")) == len(self.names("end"))

@@ -1,0 +1,271 @@
+"""The file-safety contract: autoitt never loses the user's work.
+
+Copies go next to the script, keep its encoding, newlines, indentation and
+permission bits, are written atomically, and never replace a file autoitt did
+not write unless the user says --force.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Dict, Tuple
+
+import pytest
+from click.testing import CliRunner
+
+from instrumenter import files
+from instrumenter.cli import cli
+from transforms import INSTRUMENTED_MARKER
+
+TRAIN = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.ones(4)).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+Snapshot = Dict[str, Tuple[str, object, object]]
+
+
+def snapshot(root: Path) -> Snapshot:
+    """Every entry under ``root``: relative path -> (kind, bytes or link target, mode bits)."""
+    state: Snapshot = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            info = path.lstat()
+            mode = stat.S_IMODE(info.st_mode)
+            if stat.S_ISLNK(info.st_mode):
+                state[rel] = ("link", os.readlink(path), None)
+            elif stat.S_ISDIR(info.st_mode):
+                state[rel] = ("dir", None, mode)
+            else:
+                state[rel] = ("file", path.read_bytes(), mode)
+    return state
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def names(folder: Path) -> set:
+    return {entry.name for entry in folder.iterdir()}
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def train(work: Path) -> Path:
+    path = work / "train.py"
+    path.write_text(TRAIN)
+    return path
+
+
+def test_default_output_is_stem_itt_next_to_script_and_original_is_untouched(work: Path) -> None:
+    sub = work / "project"
+    sub.mkdir()
+    script = sub / "train.py"
+    script.write_text(TRAIN)
+    original = script.read_bytes()
+    before = snapshot(work)
+    # Run from another folder: the copy goes next to the script, not into the cwd.
+    result = invoke("instrument", "project/train.py")
+    assert result.exit_code == 0, result.output
+    copy = sub / "train_itt.py"
+    assert "project/train_itt.py" in result.stderr
+    assert script.read_bytes() == original
+    after = snapshot(work)
+    assert set(after) == set(before) | {"project/train_itt.py"}
+    assert {k: v for k, v in after.items() if k != "project/train_itt.py"} == before
+    text = copy.read_text()
+    assert INSTRUMENTED_MARKER in text
+    assert "itt.task_begin" in text
+    compile(text, str(copy), "exec")
+
+
+def test_refuses_to_overwrite_output_autoitt_did_not_write(work: Path, train: Path) -> None:
+    (work / "out.py").write_text("# my own file\nprint('keep me')\n")
+    before = snapshot(work)
+    result = invoke("instrument", "train.py", "-o", "out.py")
+    assert result.exit_code == 2
+    assert "out.py" in result.stderr
+    assert "--force" in result.stderr
+    assert snapshot(work) == before
+
+
+def test_refuses_to_overwrite_default_output_autoitt_did_not_write(work: Path, train: Path) -> None:
+    (work / "train_itt.py").write_text("# hand-written\n")
+    before = snapshot(work)
+    result = invoke("instrument", "train.py")
+    assert result.exit_code == 2
+    assert "train_itt.py" in result.stderr
+    assert "--force" in result.stderr
+    assert snapshot(work) == before
+
+
+def test_force_overwrites_output_autoitt_did_not_write(work: Path, train: Path) -> None:
+    out = work / "out.py"
+    out.write_text("# my own file\n")
+    result = invoke("instrument", "train.py", "-o", "out.py", "--force")
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "# my own file" not in text
+    assert INSTRUMENTED_MARKER in text
+    assert train.read_text() == TRAIN
+    assert names(work) == {"train.py", "out.py"}
+
+
+def test_overwrites_output_autoitt_wrote_earlier_without_force(work: Path, train: Path) -> None:
+    out = work / "out.py"
+    assert invoke("instrument", "train.py", "-o", "out.py").exit_code == 0
+    assert INSTRUMENTED_MARKER in out.read_text()
+    train.write_text(TRAIN.replace("lr=0.1", "lr=0.25"))
+    result = invoke("instrument", "train.py", "-o", "out.py")
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "lr=0.25" in text and "lr=0.1" not in text
+    assert INSTRUMENTED_MARKER in text
+    assert names(work) == {"train.py", "out.py"}
+
+
+def test_in_place_rewrites_script_and_keeps_identical_backup(work: Path, train: Path) -> None:
+    original = train.read_bytes()
+    result = invoke("instrument", "--in-place", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "train.py.orig" in result.stderr
+    assert names(work) == {"train.py", "train.py.orig"}
+    assert (work / "train.py.orig").read_bytes() == original
+    rewritten = train.read_text()
+    assert INSTRUMENTED_MARKER in rewritten
+    assert "itt.task_begin" in rewritten
+    compile(rewritten, "train.py", "exec")
+
+
+def test_second_in_place_refuses_existing_backup_unless_force(work: Path, train: Path) -> None:
+    original = train.read_bytes()
+    assert invoke("instrument", "--in-place", "train.py").exit_code == 0
+    # A fresh copy of the original; the backup of the first run is still there.
+    (work / "train.py.orig").write_bytes(b"# an older backup\n" + original)
+    train.write_bytes(original)
+    before = snapshot(work)
+    refused = invoke("instrument", "--in-place", "train.py")
+    assert refused.exit_code == 2
+    assert "train.py.orig" in refused.stderr
+    assert "--force" in refused.stderr
+    assert snapshot(work) == before
+
+    forced = invoke("instrument", "--in-place", "--force", "train.py")
+    assert forced.exit_code == 0, forced.output
+    assert (work / "train.py.orig").read_bytes() == original
+    assert INSTRUMENTED_MARKER in train.read_text()
+    assert names(work) == {"train.py", "train.py.orig"}
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o640, 0o600])
+def test_copy_keeps_script_permission_bits(work: Path, train: Path, mode: int) -> None:
+    train.chmod(mode)
+    result = invoke("instrument", "train.py")
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE((work / "train_itt.py").stat().st_mode) == mode
+    assert stat.S_IMODE(train.stat().st_mode) == mode
+
+
+def test_in_place_keeps_script_permission_bits(work: Path, train: Path) -> None:
+    train.chmod(0o755)
+    assert invoke("instrument", "--in-place", "train.py").exit_code == 0
+    assert stat.S_IMODE(train.stat().st_mode) == 0o755
+    assert stat.S_IMODE((work / "train.py.orig").stat().st_mode) == 0o755
+
+
+def test_no_temporary_files_left_after_write(work: Path, train: Path) -> None:
+    assert invoke("instrument", "train.py").exit_code == 0
+    assert names(work) == {"train.py", "train_itt.py"}
+    # Overwriting a copy autoitt wrote, and -o, leave nothing behind either.
+    assert invoke("instrument", "train.py").exit_code == 0
+    assert invoke("instrument", "train.py", "-o", "other.py").exit_code == 0
+    assert names(work) == {"train.py", "train_itt.py", "other.py"}
+
+
+def test_crlf_line_endings_are_kept(work: Path) -> None:
+    script = work / "train.py"
+    data = TRAIN.replace("\n", "\r\n").encode()
+    script.write_bytes(data)
+    result = invoke("instrument", "train.py")
+    assert result.exit_code == 0, result.output
+    assert script.read_bytes() == data
+    copy = (work / "train_itt.py").read_bytes()
+    assert copy.endswith(b"\r\n")
+    lines = copy.split(b"\r\n")
+    assert lines[-1] == b""
+    assert all(b"\n" not in line and b"\r" not in line for line in lines)
+    assert len(lines) > len(data.split(b"\r\n"))
+    assert b"itt.task_begin" in copy
+    compile(copy, "train_itt.py", "exec")
+
+
+def test_tab_indented_script_gets_tab_indented_markers(work: Path) -> None:
+    script = work / "train.py"
+    script.write_text(TRAIN.replace("\n    ", "\n\t"))
+    assert "\t" in script.read_text() and "    " not in script.read_text()
+    result = invoke("instrument", "train.py")
+    assert result.exit_code == 0, result.output
+    text = (work / "train_itt.py").read_text()
+    compile(text, "train_itt.py", "exec")
+    lines = text.splitlines()
+    # No line is indented with spaces.
+    assert not [line for line in lines if line.startswith(" ")]
+    loop_at = next(i for i, line in enumerate(lines) if line.lstrip("\t").startswith("for step in range(3):"))
+    loop_depth = len(lines[loop_at]) - len(lines[loop_at].lstrip("\t"))
+    inserted_inside = [line for line in lines[loop_at + 1:]
+                       if "itt." in line and len(line) - len(line.lstrip("\t")) > loop_depth]
+    assert any("itt.task_begin" in line for line in inserted_inside)
+    assert any("itt.task_end" in line for line in inserted_inside)
+    assert all(line.startswith("\t" * (loop_depth + 1)) for line in inserted_inside)
+
+
+def test_output_into_missing_folder_exits_2_and_creates_nothing(work: Path, train: Path) -> None:
+    before = snapshot(work)
+    result = invoke("instrument", "train.py", "-o", "nodir/out.py")
+    assert result.exit_code == 2
+    assert "nodir" in result.stderr
+    assert "does not exist" in result.stderr
+    assert snapshot(work) == before
+    assert not (work / "nodir").exists()
+
+
+def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out.py"
+    target.write_bytes(b"old content\n")
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        files.atomic_write(target, b"new content\n")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old content\n"
+    assert names(tmp_path) == {"out.py"}
+
+
+def test_atomic_write_replaces_content_and_copies_mode(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN)
+    source.chmod(0o751)
+    target = tmp_path / "out.py"
+    target.write_bytes(b"old\n")
+    files.atomic_write(target, b"new\n", mode_from=source)
+    assert target.read_bytes() == b"new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o751
+    assert names(tmp_path) == {"train.py", "out.py"}
