@@ -178,13 +178,23 @@ def _instrument_one(report: Report, script: Path, mode, *, output: Optional[Path
         backup = files.backup_path(script)
         if backup.exists() and not force:
             raise SourceError(str(backup), "backup exists already; move it away or pass --force")
-        files.copy_backup(script, backup)
-        files.atomic_write(script, result.output, mode_from=script)
+        try:
+            files.copy_backup(script, backup)
+        except OSError as exc:
+            raise SourceError(str(backup), f"cannot write the backup: {exc.strerror or exc}") from None
+        try:
+            files.atomic_write(script, result.output, mode_from=script)
+        except OSError as exc:
+            backup.unlink()  # the script is untouched, so its fresh backup goes too
+            raise SourceError(str(script), f"cannot write: {exc.strerror or exc}") from None
         report.changed_file(f"rewrote {script} in place (original kept as {backup}): {summary}")
         return
     if target.exists() and not force and not files.written_by_autoitt(target):
         raise SourceError(str(target), "exists and was not written by autoitt; choose another -o or pass --force")
-    files.atomic_write(target, result.output, mode_from=script)
+    try:
+        files.atomic_write(target, result.output, mode_from=script)
+    except OSError as exc:
+        raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
     report.changed_file(f"wrote {target} from {script}: {summary}")
     report.note(f"next: vtune -collect hotspots -start-paused -- {Path(sys.executable).name} {target}")
 

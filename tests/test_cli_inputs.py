@@ -135,27 +135,9 @@ def test_syntax_error_exits_2_and_names_file_and_line(work: Path) -> None:
 @pytest.mark.parametrize(
     "data, line",
     [
-        pytest.param(
-            b"x = '\xff'\n",
-            1,
-            id="line1",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: invalid UTF-8 in the lines tokenize.detect_encoding reads (line 1, or line 2 "
-                "after a comment/shebang) is reported as 'bad encoding declaration: invalid or missing "
-                "encoding declaration' without a line number",
-            ),
-        ),
-        pytest.param(
-            b"#!/usr/bin/env python\nx = '\xff'\n",
-            2,
-            id="line2-after-shebang",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: invalid UTF-8 on line 2 after a comment line is reported by "
-                "tokenize.detect_encoding as a bad encoding declaration without a line number",
-            ),
-        ),
+        pytest.param(b"x = '\xff'\n", 1, id="line1"),
+        # tokenize.detect_encoding reads line 2 when line 1 is a comment.
+        pytest.param(b"#!/usr/bin/env python\nx = '\xff'\n", 2, id="line2-after-shebang"),
         pytest.param(b"import os\nimport sys\nx = '\xff'\n", 3, id="line3"),
     ],
 )
@@ -166,6 +148,16 @@ def test_non_utf8_bytes_without_cookie_exits_2_and_names_line(work: Path, data: 
     assert result.exit_code == 2
     assert f"binary.py:{line}:" in result.stderr
     assert "utf-8" in result.stderr.lower()
+    assert snapshot(work) == before
+
+
+def test_unknown_coding_cookie_exits_2_and_names_cookie_line(work: Path) -> None:
+    (work / "cookie.py").write_bytes(b"# -*- coding: bogus -*-\nx = 1\n")
+    before = snapshot(work)
+    result = invoke("instrument", "cookie.py")
+    assert result.exit_code == 2
+    assert "cookie.py:1:" in result.stderr
+    assert "encoding" in result.stderr
     assert snapshot(work) == before
 
 

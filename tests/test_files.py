@@ -269,3 +269,28 @@ def test_atomic_write_replaces_content_and_copies_mode(tmp_path: Path) -> None:
     assert target.read_bytes() == b"new\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o751
     assert names(tmp_path) == {"train.py", "out.py"}
+
+
+def test_write_failure_is_an_input_error_and_leaves_no_backup(tmp_path, monkeypatch):
+    """A full disk or a read-only folder is the environment's problem: exit 2, nothing left behind."""
+    import os as _os
+
+    from click.testing import CliRunner
+
+    from instrumenter.cli import cli
+
+    script = tmp_path / "train.py"
+    script.write_text("for x in data:\n    loss.backward()\n")
+    real_replace = _os.replace
+
+    def failing_replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("train.py"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(_os, "replace", failing_replace)
+    result = CliRunner().invoke(cli, ["instrument", "--in-place", str(script)])
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+    assert script.read_text() == "for x in data:\n    loss.backward()\n"

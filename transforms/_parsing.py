@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from dataclasses import dataclass
+from typing import Optional
 
 from ._errors import SourceError
 
@@ -30,6 +32,17 @@ class Source:
         return self.text.splitlines()
 
 
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def _cookie_line(data: bytes) -> Optional[int]:
+    """The line (1 or 2) of a PEP 263 coding declaration, if there is one."""
+    for number, line in enumerate(data.splitlines()[:2], start=1):
+        if _COOKIE.match(line):
+            return number
+    return None
+
+
 def parse_source(data: bytes, name: str) -> Source:
     """Decode ``data`` as Python does (BOM, coding cookie, else UTF-8) and parse it.
 
@@ -39,7 +52,12 @@ def parse_source(data: bytes, name: str) -> Source:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
-        raise SourceError(name, f"bad encoding declaration: {exc.msg}", exc.lineno) from None
+        cookie = _cookie_line(data)
+        if cookie is not None:
+            raise SourceError(name, f"bad encoding declaration: {exc.msg}", cookie) from None
+        # detect_encoding also fails on undecodable bytes in the first two
+        # lines; decoding below names the line and byte.
+        encoding = "utf-8"
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:

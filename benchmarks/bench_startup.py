@@ -1,0 +1,79 @@
+"""How quickly does ``autoitt --help`` start, next to importing libcst?
+
+Runs each command ``--runs`` times (default 10) in a fresh subprocess, after
+one untimed warm-up run each (to fill the OS file cache), interleaving the
+commands round by round so a change of machine load hits all of them alike:
+
+  autoitt --help               the console script next to sys.executable
+  python -c "import libcst"    what the CLI would pay if it imported libcst eagerly
+  python -c "pass"             the interpreter's own start-up
+
+and prints best and median wall time of each, and the ratio
+``autoitt --help`` / ``import libcst``. The CLI imports libcst only inside the
+commands that rewrite, so the ratio should stay well below 1. Nothing is
+asserted: wall times depend on the machine; compare the ratios.
+
+Usage:  .venv/bin/python benchmarks/bench_startup.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+
+def _autoitt() -> str:
+    script = Path(sys.executable).with_name("autoitt")
+    if not script.exists():
+        sys.exit(f"no autoitt console script next to {sys.executable}; install the project (pip install -e .)")
+    return str(script)
+
+
+def _run(command: Sequence[str]) -> float:
+    start = time.perf_counter()
+    completed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if completed.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({completed.returncode}): {completed.stderr.decode(errors='replace')}")
+    return elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="timed runs of each command (default 10)")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be >= 1")
+
+    commands = {
+        "autoitt --help": [_autoitt(), "--help"],
+        'python -c "import libcst"': [sys.executable, "-c", "import libcst"],
+        'python -c "pass"': [sys.executable, "-c", "pass"],
+    }
+    times: Dict[str, List[float]] = {label: [] for label in commands}
+    for round_ in range(args.runs + 1):  # round 0 warms up
+        for label, command in commands.items():
+            elapsed = _run(command)
+            if round_:
+                times[label].append(elapsed)
+
+    print(f"start-up wall time, {args.runs} runs each (python {sys.version.split()[0]}, {sys.executable})")
+    print(f"{'command':<28} {'best ms':>9} {'median ms':>10}")
+    for label, values in times.items():
+        print(f"{label:<28} {min(values) * 1e3:>9.1f} {statistics.median(values) * 1e3:>10.1f}")
+    help_, libcst_, bare = (times[label] for label in commands)
+    print()
+    print(f"autoitt --help / import libcst: best {min(help_) / min(libcst_):.2f}, "
+          f"median {statistics.median(help_) / statistics.median(libcst_):.2f}")
+    print(f"above bare interpreter start-up: autoitt --help +{(min(help_) - min(bare)) * 1e3:.1f} ms, "
+          f"import libcst +{(min(libcst_) - min(bare)) * 1e3:.1f} ms (best)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
