@@ -1,0 +1,131 @@
+"""The instrument options, each changing exactly what it says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from click.testing import CliRunner
+
+from instrumenter.cli import cli
+from tests.conftest import SAMPLES
+from transforms import MAX_PT_REGIONS, Mode, instrument_source
+
+TORCH_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        loss = model(torch.ones(4)).sum()
+        loss.backward()
+        optimizer.step()
+    """
+).encode()
+
+
+def _copy(data: bytes, mode: Mode = Mode()) -> str:
+    return instrument_source(data, "train.py", mode).output.decode()
+
+
+def test_torch_scripts_get_emit_itt_and_the_training_range():
+    copy = _copy(TORCH_SCRIPT)
+    assert "with torch.autograd.profiler.emit_itt():" in copy
+    assert 'torch.profiler.itt.range_push("training")' in copy
+    assert copy.count("torch.profiler.itt.range_pop()") == 1
+
+
+def test_no_torch_ops_leaves_emit_itt_out():
+    copy = _copy(TORCH_SCRIPT, Mode(torch_ops=False))
+    assert "emit_itt" not in copy and "range_push" not in copy
+    assert 'itt.task_begin(_autoitt_domain, "step")' in copy
+
+
+def test_a_script_running_torch_profiler_gets_no_nested_emit_itt():
+    script = TORCH_SCRIPT.replace(
+        b"for step in range(3):", b"with torch.profiler.profile() as prof:\n  pass\nfor step in range(3):"
+    )
+    result = instrument_source(script, "train.py")
+    assert "emit_itt" not in result.output.decode()
+    assert any("torch.profiler.profile" in note.message for note in result.plan.notes)
+
+
+def test_torch_imported_under_an_alias_is_used_by_that_name():
+    script = TORCH_SCRIPT.replace(b"import torch\n", b"import torch as th\ntorch = None\n").replace(b"torch.", b"th.")
+    copy = _copy(script)
+    assert "with th.autograd.profiler.emit_itt():" in copy
+
+
+def test_tensorflow_scripts_get_no_torch_markers():
+    copy = _copy((SAMPLES / "tf1_session.py").read_bytes())
+    assert "torch" not in copy
+
+
+def test_domain_option_names_the_domain():
+    assert 'itt.domain_create("my.training")' in _copy(TORCH_SCRIPT, Mode(domain="my.training"))
+
+
+def test_default_domain_is_derived_from_the_script_name():
+    assert 'itt.domain_create("autoitt.train")' in _copy(TORCH_SCRIPT)
+
+
+def test_label_option_renames_the_task_of_that_line():
+    result = CliRunner().invoke(cli, ["instrument", str(SAMPLES / "torch_train.py"), "--diff", "--label", "101=batch"])
+    assert result.exit_code == 0, result.output
+    assert '+                            itt.task_begin(_autoitt_domain, "batch")' in result.stdout
+    assert '"batch_loop"' in result.stdout
+
+
+def test_pt_regions_are_created_once_and_marked_per_step():
+    copy = _copy(TORCH_SCRIPT, Mode(pt_regions=True))
+    assert '_autoitt_pt_0 = itt.pt_region_create("step")' in copy
+    assert "itt.pt_region_begin(_autoitt_pt_0)" in copy
+    assert "itt.pt_region_end(_autoitt_pt_0)" in copy
+
+
+def test_pt_regions_stop_at_the_api_limit_with_a_note():
+    loops = "".join(f"def f{i}():\n    for x in d:\n        loss.backward()\n" for i in range(MAX_PT_REGIONS + 2))
+    result = instrument_source(loops.encode(), "many.py", Mode(pt_regions=True))
+    copy = result.output.decode()
+    assert copy.count("pt_region_create(") == MAX_PT_REGIONS
+    assert sum("anomaly-detection" in note.message for note in result.plan.notes) == 2
+
+
+def test_future_imports_and_docstring_stay_first():
+    script = b'"""Doc."""\nfrom __future__ import annotations\n\nfor x in d:\n    loss.backward()\n'
+    copy = _copy(script)
+    assert copy.startswith('"""Doc."""\nfrom __future__ import annotations\nimport ittapi.compat as itt\n')
+
+
+def test_internal_error_exits_123_and_writes_nothing(tmp_path, monkeypatch):
+    import transforms._rewrite as rewrite_module
+
+    def broken(data, plan):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(rewrite_module, "rewrite", broken)
+    script = tmp_path / "train.py"
+    script.write_bytes(TORCH_SCRIPT)
+    result = CliRunner().invoke(cli, ["instrument", str(script)])
+    assert result.exit_code == 123
+    assert "simulated bug" in result.stderr and "bug in autoitt" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_instrument_never_imports_torch_or_tensorflow(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_bytes(TORCH_SCRIPT)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from click.testing import CliRunner
+        from instrumenter.cli import cli
+        result = CliRunner().invoke(cli, ["instrument", {str(script)!r}])
+        assert result.exit_code == 0, result.output
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras")))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
