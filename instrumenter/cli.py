@@ -49,6 +49,31 @@ _label_option = click.option(
 )
 
 
+def _mode_options(command):
+    """The options that decide what is inserted, shared by instrument and profile."""
+    for option in reversed([
+        click.option("--domain", metavar="NAME", help="ITT domain for the markers. Default: autoitt.<script stem>."),
+        click.option("--no-torch-ops", is_flag=True,
+                     help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks)."),
+        click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+                     help="Start collecting at step N+1 (steps counted across epochs), leaving warm-up out."),
+        click.option("--steps", type=click.IntRange(min=1), default=None, metavar="M",
+                     help="Collect M steps, then pause. Default: to the end of training."),
+        click.option("--pt-regions", is_flag=True,
+                     help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8)."),
+        _label_option,
+    ]):
+        command = option(command)
+    return command
+
+
+def _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels):
+    from transforms import Mode
+
+    return Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
+                pt_regions=pt_regions, labels=labels)
+
+
 @click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="autoitt")
 def cli() -> None:
@@ -78,16 +103,7 @@ def cli() -> None:
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 if markers would be added, 0 if the script is already "
                    "instrumented or has nothing to instrument.")
-@click.option("--domain", metavar="NAME", help="ITT domain for the markers. Default: autoitt.<script stem>.")
-@click.option("--no-torch-ops", is_flag=True,
-              help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks).")
-@click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
-              help="Start collecting at step N+1 (steps counted across epochs), leaving warm-up out.")
-@click.option("--steps", type=click.IntRange(min=1), default=None, metavar="M",
-              help="Collect M steps, then pause. Default: to the end of training.")
-@click.option("--pt-regions", is_flag=True,
-              help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8).")
-@_label_option
+@_mode_options
 @click.option("--color/--no-color", default=None, help="Colour the diff. Default: when printing to a terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 def instrument(script: Path, output: Optional[Path], in_place: bool, force: bool, show_diff: bool,
@@ -113,10 +129,7 @@ def instrument(script: Path, output: Optional[Path], in_place: bool, force: bool
     """
     if in_place and output is not None:
         raise click.UsageError("--in-place and --output exclude each other")
-    from transforms import Mode
-
-    mode = Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
-                pt_regions=pt_regions, labels=labels)
+    mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
     report = Report(check=check, quiet=quiet)
     _run_guarded(report, lambda: _instrument_one(
         report, script, mode, output=output, in_place=in_place, force=force, show_diff=show_diff,
@@ -259,6 +272,80 @@ def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
         console.print(table)
     for note in detection.notes:
         console.print(f"[dim]{script}:{note.line}: {note.message}[/dim]" if note.line else f"[dim]{note.message}[/dim]")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-r", "--result-dir", type=click.Path(path_type=Path),
+              help="Folder for the results (must be new or empty). Default: autoitt-results/<stem>-<n>/.")
+@click.option("--backend", type=click.Choice(["auto", "builtin", "vtune"]), default="auto", show_default=True,
+              help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@_mode_options
+def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
+            domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
+            labels: Tuple[Tuple[int, str], ...]) -> None:
+    """Instrument SCRIPT into a result folder, run it, and show where training time goes.
+
+    autoitt's options go before SCRIPT; everything after SCRIPT goes to the
+    script (`autoitt profile -r out train.py --epochs 3`). The copy runs with the same interpreter, in the current
+    folder, with the script's own __file__, sys.argv[0] and sys.path[0], so
+    it behaves as `python SCRIPT ARGS...` would; a failing script's exit code
+    becomes autoitt's.
+
+    With the built-in backend (no VTune needed), autoitt's ITT collector
+    records every ITT task of the run (autoitt's markers, PyTorch operators
+    via emit_itt, oneDNN primitives inside TensorFlow) and writes, in the
+    result folder: the copy, instrument.diff, loops.json, trace.json (open in
+    ui.perfetto.dev), summary.json and steps.svg.
+    """
+    mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
+    report = Report(quiet=as_json)
+    outcome = {}
+
+    def run() -> None:
+        from .profiling import analyse, profile as run_profile
+        from .summary import console_for_stdout, render
+
+        folder, info = run_profile(script, args, mode, result_dir, backend, report.note)
+        summary = analyse(folder, info)
+        if as_json:
+            click.echo(json.dumps(summary.to_json(), indent=2))
+        else:
+            render(summary, console_for_stdout(), script=str(script), backend=info.backend,
+                   result_dir=folder, own_domain=info.domain)
+        outcome["exit"] = info.exit_code
+        if info.exit_code:
+            report.input_error(f"{script} exited with code {info.exit_code} (results so far are in {folder}/)")
+
+    _run_guarded(report, run)
+    code = outcome.get("exit")
+    sys.exit(code if code else int(report.exit_code))
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("result_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def report(result_dir: Path, as_json: bool) -> None:
+    """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR)."""
+    outcome = Report(quiet=as_json)
+
+    def run() -> None:
+        from .profiling import analyse
+        from .results import RunInfo
+        from .summary import console_for_stdout, render
+
+        info = RunInfo.load(result_dir)
+        summary = analyse(result_dir, info)
+        if as_json:
+            click.echo(json.dumps(summary.to_json(), indent=2))
+        else:
+            render(summary, console_for_stdout(), script=info.script, backend=info.backend,
+                   result_dir=result_dir, own_domain=info.domain)
+
+    _run_guarded(outcome, run)
+    sys.exit(int(outcome.exit_code))
 
 
 def main() -> None:

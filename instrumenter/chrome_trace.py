@@ -1,0 +1,38 @@
+"""``trace.json`` in Chrome's trace event format (ui.perfetto.dev, chrome://tracing).
+
+One track per thread, named; processes labelled (the script, its workers);
+tasks as complete (``X``) events with their ITT domain as category; resume
+and pause as instant events. Timestamps are microseconds from the first
+process's start.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Sequence
+
+
+def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
+    origin = min((t.start_ns for t in traces), default=0)
+    events: List[dict] = []
+    pids = {t.pid for t in traces}
+    for trace in traces:
+        role = "worker" if trace.ppid in pids else script_name
+        events.append({"ph": "M", "name": "process_name", "pid": trace.pid,
+                       "args": {"name": f"{role} (pid {trace.pid})"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": trace.pid,
+                       "args": {"sort_index": 0 if role == script_name else 1}})
+        tids = {e.tid for e in trace.events} | set(trace.thread_names)
+        for tid in sorted(tids):
+            name = trace.thread_names.get(tid) or ("main" if tid == trace.pid else f"thread {tid}")
+            events.append({"ph": "M", "name": "thread_name", "pid": trace.pid, "tid": tid, "args": {"name": name}})
+        for event in trace.events:
+            if event.kind in ("resume", "pause", "detach"):
+                events.append({"ph": "i", "s": "p", "name": event.kind, "cat": "collection", "pid": trace.pid,
+                               "tid": event.tid, "ts": (event.ts - origin) / 1000})
+    for item in intervals:
+        event = {"ph": "X", "name": item.name, "cat": item.domain, "pid": item.pid, "tid": item.tid,
+                 "ts": (item.start - origin) / 1000, "dur": item.duration / 1000}
+        if not item.finished:
+            event["args"] = {"unfinished": True}
+        events.append(event)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": "autoitt"}}

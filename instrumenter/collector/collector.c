@@ -1,0 +1,777 @@
+/*
+ * autoitt's ITT collector: a shared library that Intel's ITT "static part"
+ * (compiled into the ittapi Python module, libtorch_cpu.so, TensorFlow's
+ * oneDNN, ...) loads when INTEL_LIBITTNOTIFY64 names it.  It records task
+ * begin/end, pause/resume/detach and names into per-thread buffers and writes
+ * them to $AUTOITT_TRACE_DIR/itt-<pid>.bin.
+ *
+ * The file format is documented in one place only: the module docstring of
+ * instrumenter/tracefile.py (the reader).  Keep the two in sync.
+ *
+ * How the static part finds us: on its first non-create ITT call it
+ * dlopen()s $INTEL_LIBITTNOTIFY64 and, because we export __itt_api_init, calls
+ * __itt_api_init(&its_global, groups) with its own mutex held.  We then set
+ * every pointer of its api list: ours for what we implement, the entry's
+ * null_func for the rest.  Several static parts share this one library (one
+ * __itt_api_init call each); their domains and string handles created before
+ * that call live in their own lists, which we walk and name at each call.
+ *
+ * Hot path (task begin/end): one relaxed load of the collection state, one
+ * thread-local pointer, clock_gettime(CLOCK_MONOTONIC), four 8-byte stores
+ * and a release store of the buffer position.  No lock.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------------------- */
+/* The ITT ABI (x86-64 Linux, 8-byte packing = natural alignment).           */
+/* Offsets checked against ittapi 3.28, libtorch_cpu 3.26 and TF's 3.24.      */
+
+typedef struct itt_domain {
+    volatile int flags;          /* non-zero: the static part's task macros call through */
+    const char *nameA;
+    void *nameW;
+    int extra1;
+    void *extra2;
+    struct itt_domain *next;
+} itt_domain;
+
+typedef struct itt_string_handle {
+    const char *strA;
+    void *strW;
+    int extra1;
+    void *extra2;
+    struct itt_string_handle *next;
+} itt_string_handle;
+
+typedef struct itt_id {
+    unsigned long long d1, d2, d3;
+} itt_id;
+
+typedef struct itt_api_info {
+    const char *name;            /* "__itt_task_begin", ... */
+    void **func_ptr;             /* the static part's function pointer */
+    void *init_func;
+    void *null_func;             /* what to bind when we do not implement it */
+    int group;
+} itt_api_info;
+
+typedef struct itt_global {
+    unsigned char magic[8];
+    unsigned long version_major;
+    unsigned long version_minor;
+    unsigned long version_build;
+    volatile long api_initialized;
+    volatile long mutex_initialized;
+    volatile long atomic_counter;
+    pthread_mutex_t mutex;
+    void *lib;
+    void *error_handler;
+    const char **dll_path_ptr;
+    itt_api_info *api_list_ptr;
+    struct itt_global *next;
+    void *thread_list;
+    itt_domain *domain_list;
+    itt_string_handle *string_list;
+    /* state, counter_list, ... follow; we never touch them */
+} itt_global;
+
+_Static_assert(offsetof(itt_global, api_list_ptr) == 120, "itt_global.api_list_ptr");
+_Static_assert(offsetof(itt_global, domain_list) == 144, "itt_global.domain_list");
+_Static_assert(offsetof(itt_global, string_list) == 152, "itt_global.string_list");
+_Static_assert(sizeof(itt_api_info) == 40, "itt_api_info");
+_Static_assert(offsetof(itt_domain, nameA) == 8 && offsetof(itt_domain, next) == 40, "itt_domain");
+_Static_assert(offsetof(itt_string_handle, next) == 32, "itt_string_handle");
+_Static_assert(sizeof(itt_id) == 24, "itt_id");
+
+static const unsigned char ITT_GLOBAL_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 0xEE, 0xDA, 0x30};
+#define ITT_SCOPE_HOST 1
+
+/* ------------------------------------------------------------------------- */
+/* File format (see instrumenter/tracefile.py).                              */
+
+#define FILE_MAGIC "AITTRACE"
+#define FORMAT_VERSION 1u
+#define CHUNK_MAGIC 0x4B4E4843u /* "CHNK" little-endian */
+
+enum {
+    K_BEGIN = 1, K_END = 2, K_PAUSE = 3, K_RESUME = 4, K_DETACH = 5,
+    K_DOMAIN_NAME = 16, K_STRING_NAME = 17, K_THREAD_NAME = 18,
+};
+#define F_SCOPED 1u      /* pause/resume came from __itt_*_scoped; aux = scope */
+#define F_START_PAUSED 1u /* file header flag */
+
+typedef struct file_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t pid;
+    uint32_t ppid;
+    uint64_t start_mono_ns;
+    uint64_t start_real_ns;
+    uint32_t flags;
+    uint32_t reserved;
+} file_header;
+_Static_assert(sizeof(file_header) == 48, "file header");
+
+typedef struct chunk_header {
+    uint32_t magic;
+    uint32_t tid;
+    uint32_t length;             /* bytes of records after this header */
+    uint32_t seq;                /* per-buffer chunk counter */
+} chunk_header;
+_Static_assert(sizeof(chunk_header) == 16, "chunk header");
+
+typedef struct record {
+    uint8_t kind;
+    uint8_t flags;
+    uint16_t name_len;           /* name records: bytes after the record, padded to 8 */
+    uint32_t aux;
+    uint64_t ts;
+    uint64_t a;                  /* domain / object pointer */
+    uint64_t b;                  /* string handle pointer */
+} record;
+_Static_assert(sizeof(record) == 32, "record");
+
+#define REC ((uint32_t)sizeof(record))
+#define CHDR ((uint32_t)sizeof(chunk_header))
+#define BUF_BYTES (64u * 1024u)   /* per thread, chunk header included */
+#define NAME_MAX_BYTES 4096u      /* longer names are cut */
+#define PAD8(n) (((n) + 7u) & ~7u)
+
+/* ------------------------------------------------------------------------- */
+/* State.                                                                    */
+
+enum { ST_PAUSED = 1, ST_DETACHED = 2 };
+static _Atomic int g_state;                 /* 0: collecting */
+static _Atomic int g_fd = -1;               /* -1: not open yet, -2: disabled */
+static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER; /* everything but the hot path */
+static pthread_key_t g_key;
+static int g_key_ok;
+static uint32_t g_pid, g_ppid;
+static uint64_t g_start_mono, g_start_real;
+static uint32_t g_header_flags;
+static int g_forked;                        /* this process is a forked child */
+static char g_dir[2 * PATH_MAX];
+
+typedef struct tbuf {
+    struct tbuf *next;               /* g_buffers, under g_mutex */
+    pthread_mutex_t flush_lock;      /* held while writing this buffer out */
+    int owned;                       /* a live thread records into it (g_mutex) */
+    uint32_t tid;
+    _Atomic uint32_t pos;            /* end of published records; written by the owner only */
+    uint32_t start;                  /* start of records not yet written (flush_lock) */
+    uint32_t seq;                    /* flush_lock */
+    int depth;                       /* open tasks, counted in forked children only (owner) */
+    _Alignas(64) unsigned char data[BUF_BYTES]; /* data[0..CHDR) is room for a chunk header */
+} tbuf;
+
+static tbuf *g_buffers;
+static __thread tbuf *t_buf;
+
+/* name registry: every (kind, pointer, name) recorded, to repeat them in a forked child's file */
+typedef struct reg_entry { uint8_t kind; const void *ptr; char *name; } reg_entry;
+static reg_entry *g_reg;
+static size_t g_reg_len, g_reg_cap;
+
+/* name -> object, for our create functions */
+typedef struct str_table { char **keys; void **vals; size_t cap, len; } str_table;
+static str_table g_domains, g_strings;
+
+/* ------------------------------------------------------------------------- */
+/* Helpers.                                                                  */
+
+static inline uint64_t now_ns(int clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t current_tid(void) { return (uint32_t)syscall(SYS_gettid); }
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void *table_get(str_table *t, const char *key)
+{
+    if (t->cap == 0) return NULL;
+    for (size_t i = hash_str(key) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+        if (!t->keys[i]) return NULL;
+        if (strcmp(t->keys[i], key) == 0) return t->vals[i];
+    }
+}
+
+/* key must stay alive (we store the pointer); returns 0 on allocation failure */
+static int table_put(str_table *t, char *key, void *val)
+{
+    if (2 * (t->len + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        char **keys = calloc(cap, sizeof *keys);
+        void **vals = calloc(cap, sizeof *vals);
+        if (!keys || !vals) { free(keys); free(vals); return 0; }
+        for (size_t j = 0; j < t->cap; j++) {
+            if (!t->keys[j]) continue;
+            size_t i = hash_str(t->keys[j]) & (cap - 1);
+            while (keys[i]) i = (i + 1) & (cap - 1);
+            keys[i] = t->keys[j];
+            vals[i] = t->vals[j];
+        }
+        free(t->keys);
+        free(t->vals);
+        t->keys = keys;
+        t->vals = vals;
+        t->cap = cap;
+    }
+    size_t i = hash_str(key) & (t->cap - 1);
+    while (t->keys[i]) i = (i + 1) & (t->cap - 1);
+    t->keys[i] = key;
+    t->vals[i] = val;
+    t->len++;
+    return 1;
+}
+
+static void mkdirs(const char *dir)
+{
+    char tmp[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof tmp) return;
+    memcpy(tmp, dir, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(tmp, 0777);
+        *p = '/';
+    }
+    mkdir(tmp, 0777);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Writing.                                                                  */
+
+/* Appends one name record (fixed part + padded bytes) at out; returns its size. */
+static size_t put_name_record(unsigned char *out, uint8_t kind, uint64_t ts, const void *ptr,
+                              const char *name)
+{
+    size_t len = strlen(name);
+    if (len > NAME_MAX_BYTES) len = NAME_MAX_BYTES;
+    record r = {0};
+    r.kind = kind;
+    r.name_len = (uint16_t)len;
+    r.ts = ts;
+    r.a = (uint64_t)(uintptr_t)ptr;
+    memcpy(out, &r, REC);
+    memcpy(out + REC, name, len);
+    memset(out + REC + len, 0, PAD8(len) - len);
+    return REC + PAD8(len);
+}
+
+static size_t name_record_size(const char *name)
+{
+    size_t len = strlen(name);
+    if (len > NAME_MAX_BYTES) len = NAME_MAX_BYTES;
+    return REC + PAD8(len);
+}
+
+/* Writes the registry as name chunks (g_mutex held, fd open). */
+static void write_registry_locked(int fd)
+{
+    size_t i = 0;
+    uint32_t tid = current_tid();
+    uint64_t ts = now_ns(CLOCK_MONOTONIC);
+    unsigned char *chunk = malloc(BUF_BYTES + NAME_MAX_BYTES + REC);
+    if (!chunk) return;
+    while (i < g_reg_len) {
+        size_t used = CHDR;
+        while (i < g_reg_len && (used == CHDR || used + name_record_size(g_reg[i].name) <= BUF_BYTES)) {
+            used += put_name_record(chunk + used, g_reg[i].kind, ts, g_reg[i].ptr, g_reg[i].name);
+            i++;
+        }
+        chunk_header h = {CHUNK_MAGIC, tid, (uint32_t)(used - CHDR), 0};
+        memcpy(chunk, &h, CHDR);
+        write_all(fd, chunk, used);
+    }
+    free(chunk);
+}
+
+/* Opens itt-<pid>.bin and writes the header and the names known so far (g_mutex held). */
+static int open_file_locked(void)
+{
+    int fd = atomic_load(&g_fd);
+    if (fd != -1) return fd;
+    char path[sizeof g_dir + 32];
+    mkdirs(g_dir);
+    snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, g_pid);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "autoitt collector: cannot write %s: %s; recording nothing\n", path,
+                strerror(errno));
+        atomic_store(&g_fd, -2);
+        return -2;
+    }
+    file_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, FILE_MAGIC, 8);
+    h.version = FORMAT_VERSION;
+    h.header_size = sizeof h;
+    h.pid = g_pid;
+    h.ppid = g_ppid;
+    h.start_mono_ns = g_start_mono;
+    h.start_real_ns = g_start_real;
+    h.flags = g_header_flags;
+    write_all(fd, &h, sizeof h);
+    write_registry_locked(fd);
+    atomic_store(&g_fd, fd);
+    return fd;
+}
+
+static int ensure_file(void)
+{
+    int fd = atomic_load_explicit(&g_fd, memory_order_acquire);
+    if (LIKELY(fd >= 0) || fd == -2) return fd;
+    pthread_mutex_lock(&g_mutex);
+    fd = open_file_locked();
+    pthread_mutex_unlock(&g_mutex);
+    return fd;
+}
+
+/* Writes records [s, e) of b as one chunk with one write(); flush_lock held. */
+static void write_chunk(int fd, tbuf *b, uint32_t s, uint32_t e)
+{
+    /* the bytes before s are either the reserved header room or records already written */
+    chunk_header h = {CHUNK_MAGIC, b->tid, e - s, b->seq++};
+    memcpy(b->data + s - CHDR, &h, CHDR);
+    write_all(fd, b->data + s - CHDR, CHDR + (e - s));
+}
+
+/* The owner empties its own buffer. */
+static void flush_own(tbuf *b)
+{
+    int fd = ensure_file(); /* before flush_lock: lock order is g_mutex, then flush_lock */
+    pthread_mutex_lock(&b->flush_lock);
+    uint32_t e = atomic_load_explicit(&b->pos, memory_order_relaxed);
+    if (fd >= 0 && e > b->start) write_chunk(fd, b, b->start, e);
+    b->start = CHDR;
+    atomic_store_explicit(&b->pos, CHDR, memory_order_release);
+    pthread_mutex_unlock(&b->flush_lock);
+}
+
+/* Writes out what b's owner has published so far, from any thread (g_mutex held). */
+static void flush_published_locked(tbuf *b)
+{
+    pthread_mutex_lock(&b->flush_lock);
+    uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
+    if (e > b->start) {
+        int fd = open_file_locked();
+        if (fd >= 0) write_chunk(fd, b, b->start, e);
+        b->start = e;
+    }
+    pthread_mutex_unlock(&b->flush_lock);
+}
+
+/* Every thread's buffer: at pause, detach and exit. */
+static void flush_all(void)
+{
+    pthread_mutex_lock(&g_mutex);
+    for (tbuf *b = g_buffers; b; b = b->next) flush_published_locked(b);
+    pthread_mutex_unlock(&g_mutex);
+}
+
+/* Writes one name record straight to the file as its own chunk (g_mutex held). */
+static void write_name_now_locked(uint8_t kind, const void *ptr, const char *name, uint32_t tid)
+{
+    int fd = open_file_locked();
+    if (fd < 0) return;
+    unsigned char buf[CHDR + REC + NAME_MAX_BYTES + 8];
+    size_t used = CHDR + put_name_record(buf + CHDR, kind, now_ns(CLOCK_MONOTONIC), ptr, name);
+    chunk_header h = {CHUNK_MAGIC, tid, (uint32_t)(used - CHDR), 0};
+    memcpy(buf, &h, CHDR);
+    write_all(fd, buf, used);
+}
+
+/* Remembers a name and writes it (g_mutex held). Returns the stored copy. */
+static char *register_name_locked(uint8_t kind, const void *ptr, const char *name)
+{
+    if (g_reg_len == g_reg_cap) {
+        size_t cap = g_reg_cap ? 2 * g_reg_cap : 256;
+        reg_entry *r = realloc(g_reg, cap * sizeof *r);
+        if (!r) return NULL;
+        g_reg = r;
+        g_reg_cap = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return NULL;
+    g_reg[g_reg_len++] = (reg_entry){kind, ptr, copy};
+    if (atomic_load(&g_fd) == -1) open_file_locked(); /* the open writes the registry, this one included */
+    else write_name_now_locked(kind, ptr, name, current_tid());
+    return copy;
+}
+
+static int registered_locked(const void *ptr)
+{
+    for (size_t i = 0; i < g_reg_len; i++)
+        if (g_reg[i].ptr == ptr) return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Threads.                                                                  */
+
+static void thread_exit(void *arg)
+{
+    tbuf *b = arg;
+    if (!b) return;
+    flush_own(b);
+    pthread_mutex_lock(&g_mutex);
+    b->owned = 0;
+    pthread_mutex_unlock(&g_mutex);
+    t_buf = NULL;
+}
+
+static __attribute__((noinline)) tbuf *attach_thread(void)
+{
+    pthread_mutex_lock(&g_mutex);
+    tbuf *b = g_buffers;
+    while (b && b->owned) b = b->next;
+    if (!b) {
+        b = aligned_alloc(64, sizeof *b);
+        if (!b) { pthread_mutex_unlock(&g_mutex); return NULL; }
+        memset(b, 0, offsetof(tbuf, data));
+        pthread_mutex_init(&b->flush_lock, NULL);
+        b->next = g_buffers;
+        g_buffers = b;
+    }
+    b->owned = 1;
+    b->tid = current_tid();
+    b->start = CHDR;
+    b->seq = 0;
+    b->depth = 0;
+    atomic_store(&b->pos, CHDR);
+    char name[17] = {0};
+    if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0])
+        write_name_now_locked(K_THREAD_NAME, NULL, name, b->tid);
+    pthread_mutex_unlock(&g_mutex);
+    t_buf = b;
+    if (g_key_ok) pthread_setspecific(g_key, b);
+    return b;
+}
+
+static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, uint64_t b)
+{
+    tbuf *t = t_buf;
+    if (UNLIKELY(!t)) {
+        t = attach_thread();
+        if (!t) return NULL;
+    }
+    uint32_t pos = atomic_load_explicit(&t->pos, memory_order_relaxed);
+    if (UNLIKELY(pos + REC > BUF_BYTES)) {
+        flush_own(t);
+        pos = CHDR;
+    }
+    record *r = (record *)(t->data + pos);
+    r->kind = kind;
+    r->flags = flags;
+    r->name_len = 0;
+    r->aux = aux;
+    r->ts = now_ns(CLOCK_MONOTONIC);
+    r->a = a;
+    r->b = b;
+    atomic_store_explicit(&t->pos, pos + REC, memory_order_release);
+    return t;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The ITT functions we implement.                                           */
+
+static itt_domain *col_domain_create(const char *name)
+{
+    if (!name) return NULL;
+    pthread_mutex_lock(&g_mutex);
+    itt_domain *d = table_get(&g_domains, name);
+    if (!d) {
+        d = calloc(1, sizeof *d);
+        if (d) {
+            char *copy = register_name_locked(K_DOMAIN_NAME, d, name);
+            if (!copy) { free(d); d = NULL; }
+            else {
+                d->flags = 1;
+                d->nameA = copy;
+                table_put(&g_domains, copy, d);
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mutex);
+    return d;
+}
+
+static itt_string_handle *col_string_handle_create(const char *name)
+{
+    if (!name) return NULL;
+    pthread_mutex_lock(&g_mutex);
+    itt_string_handle *h = table_get(&g_strings, name);
+    if (!h) {
+        h = calloc(1, sizeof *h);
+        if (h) {
+            char *copy = register_name_locked(K_STRING_NAME, h, name);
+            if (!copy) { free(h); h = NULL; }
+            else {
+                h->strA = copy;
+                table_put(&g_strings, copy, h);
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mutex);
+    return h;
+}
+
+static void col_task_begin(const itt_domain *domain, itt_id id, itt_id parentid,
+                           itt_string_handle *name)
+{
+    (void)id;
+    (void)parentid;
+    if (UNLIKELY(atomic_load_explicit(&g_state, memory_order_relaxed))) return;
+    tbuf *t = emit(K_BEGIN, 0, 0, (uint64_t)(uintptr_t)domain, (uint64_t)(uintptr_t)name);
+    if (UNLIKELY(g_forked) && t) t->depth++;
+}
+
+static void col_task_end(const itt_domain *domain)
+{
+    if (UNLIKELY(atomic_load_explicit(&g_state, memory_order_relaxed))) return;
+    tbuf *t = emit(K_END, 0, 0, (uint64_t)(uintptr_t)domain, 0);
+    /* forked children usually end with _exit() (multiprocessing, DataLoader workers), which
+       flushes nothing: there, a thread's buffer is written whenever its outermost task ends */
+    if (UNLIKELY(g_forked) && t && --t->depth <= 0) {
+        t->depth = 0;
+        flush_own(t);
+    }
+}
+
+static void col_pause(void)
+{
+    emit(K_PAUSE, 0, 0, 0, 0);
+    atomic_fetch_or(&g_state, ST_PAUSED);
+    flush_all(); /* what was collected so far is on disk */
+}
+
+static void col_resume(void)
+{
+    atomic_fetch_and(&g_state, ~ST_PAUSED);
+    emit(K_RESUME, 0, 0, 0, 0);
+}
+
+static void col_pause_scoped(int scope)
+{
+    emit(K_PAUSE, F_SCOPED, (uint32_t)scope, 0, 0);
+    if (scope & ITT_SCOPE_HOST) {
+        atomic_fetch_or(&g_state, ST_PAUSED);
+        flush_all();
+    }
+}
+
+static void col_resume_scoped(int scope)
+{
+    if (scope & ITT_SCOPE_HOST) atomic_fetch_and(&g_state, ~ST_PAUSED);
+    emit(K_RESUME, F_SCOPED, (uint32_t)scope, 0, 0);
+}
+
+static void col_detach(void)
+{
+    emit(K_DETACH, 0, 0, 0, 0);
+    atomic_fetch_or(&g_state, ST_DETACHED); /* for good: no task is recorded after a detach */
+    flush_all();
+}
+
+static void col_thread_set_name(const char *name)
+{
+    if (!name) return;
+    if (!t_buf) attach_thread(); /* its prctl name first, so that this one is the latest */
+    pthread_mutex_lock(&g_mutex);
+    write_name_now_locked(K_THREAD_NAME, NULL, name, current_tid());
+    pthread_mutex_unlock(&g_mutex);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Binding.                                                                  */
+
+static const struct { const char *name; void *func; } IMPLEMENTED[] = {
+    {"__itt_domain_create", (void *)col_domain_create},
+    {"__itt_string_handle_create", (void *)col_string_handle_create},
+    {"__itt_task_begin", (void *)col_task_begin},
+    {"__itt_task_end", (void *)col_task_end},
+    {"__itt_pause", (void *)col_pause},
+    {"__itt_resume", (void *)col_resume},
+    {"__itt_pause_scoped", (void *)col_pause_scoped},
+    {"__itt_resume_scoped", (void *)col_resume_scoped},
+    {"__itt_detach", (void *)col_detach},
+    {"__itt_thread_set_name", (void *)col_thread_set_name},
+};
+
+static void flush_at_python_exit(void) { flush_all(); }
+
+/* In a Python process, flush at the end of Py_FinalizeEx too: a run stopped by an unhandled
+   KeyboardInterrupt finalizes Python, then kills itself with SIGINT, so neither atexit()
+   handlers nor library destructors run.  Looked up, not linked: no Python, no hook. */
+static void hook_python_exit_locked(void)
+{
+    static int done;
+    if (done) return;
+    done = 1;
+    int (*py_at_exit)(void (*)(void));
+    *(void **)&py_at_exit = dlsym(RTLD_DEFAULT, "Py_AtExit");
+    if (py_at_exit) py_at_exit(flush_at_python_exit);
+}
+
+/* Called by each static part, once, with its own mutex held. */
+EXPORT void __itt_api_init(itt_global *p, int init_groups)
+{
+    (void)init_groups;
+    if (!p || memcmp(p->magic, ITT_GLOBAL_MAGIC, sizeof ITT_GLOBAL_MAGIC) != 0 || !p->api_list_ptr)
+        return;
+    pthread_mutex_lock(&g_mutex);
+    hook_python_exit_locked();
+    open_file_locked();
+    /* names of what this static part created before it loaded us; seed our tables so a
+       later create of the same name (from any static part) returns the same object */
+    for (itt_domain *d = p->domain_list; d; d = d->next) {
+        if (!d->nameA || registered_locked(d)) continue;
+        register_name_locked(K_DOMAIN_NAME, d, d->nameA);
+        if (!table_get(&g_domains, d->nameA)) {
+            char *key = strdup(d->nameA);
+            if (key && !table_put(&g_domains, key, d)) free(key);
+        }
+    }
+    for (itt_string_handle *h = p->string_list; h; h = h->next) {
+        if (!h->strA || registered_locked(h)) continue;
+        register_name_locked(K_STRING_NAME, h, h->strA);
+        if (!table_get(&g_strings, h->strA)) {
+            char *key = strdup(h->strA);
+            if (key && !table_put(&g_strings, key, h)) free(key);
+        }
+    }
+    pthread_mutex_unlock(&g_mutex);
+    for (itt_api_info *a = p->api_list_ptr; a->name; a++) {
+        void *f = a->null_func;
+        for (size_t i = 0; i < sizeof IMPLEMENTED / sizeof IMPLEMENTED[0]; i++)
+            if (strcmp(a->name, IMPLEMENTED[i].name) == 0) { f = IMPLEMENTED[i].func; break; }
+        *a->func_ptr = f;
+    }
+}
+
+/* Called by a static part's __itt_fini_ittlib, if ever. */
+EXPORT void __itt_api_fini(itt_global *p)
+{
+    (void)p;
+    flush_all();
+}
+
+/* The entry points under their ITT names too, for programs linking to us directly.  The
+   static parts are bound to the internal functions above, so nothing can interpose them. */
+#define ALIAS(name, internal) EXPORT extern __typeof__(internal) name __attribute__((alias(#internal)))
+ALIAS(__itt_domain_create, col_domain_create);
+ALIAS(__itt_string_handle_create, col_string_handle_create);
+ALIAS(__itt_task_begin, col_task_begin);
+ALIAS(__itt_task_end, col_task_end);
+ALIAS(__itt_pause, col_pause);
+ALIAS(__itt_resume, col_resume);
+ALIAS(__itt_pause_scoped, col_pause_scoped);
+ALIAS(__itt_resume_scoped, col_resume_scoped);
+ALIAS(__itt_detach, col_detach);
+ALIAS(__itt_thread_set_name, col_thread_set_name);
+
+/* ------------------------------------------------------------------------- */
+/* Process life.                                                             */
+
+static void fork_prepare(void) { pthread_mutex_lock(&g_mutex); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_mutex); }
+
+/* The child: a new file of its own, none of the parent's buffered data. */
+static void fork_child(void)
+{
+    g_forked = 1;
+    g_pid = (uint32_t)getpid();
+    g_ppid = (uint32_t)getppid();
+    g_start_mono = now_ns(CLOCK_MONOTONIC);
+    g_start_real = now_ns(CLOCK_REALTIME);
+    g_header_flags = (atomic_load(&g_state) & ST_PAUSED) ? F_START_PAUSED : 0;
+    int fd = atomic_load(&g_fd);
+    if (fd >= 0) close(fd); /* our copy of the parent's descriptor */
+    atomic_store(&g_fd, fd == -2 ? -2 : -1); /* opened again (as itt-<childpid>.bin) when needed */
+    for (tbuf *b = g_buffers; b; b = b->next) {
+        pthread_mutex_init(&b->flush_lock, NULL); /* its holder, if any, did not survive the fork */
+        b->owned = 0;
+        b->depth = 0;
+        b->start = CHDR;
+        atomic_store(&b->pos, CHDR);
+    }
+    t_buf = NULL; /* this thread attaches again, with its new tid, at its next event */
+    if (g_key_ok) pthread_setspecific(g_key, NULL);
+    pthread_mutex_unlock(&g_mutex);
+}
+
+static void at_exit(void) { flush_all(); }
+
+__attribute__((constructor)) static void collector_load(void)
+{
+    g_pid = (uint32_t)getpid();
+    g_ppid = (uint32_t)getppid();
+    g_start_mono = now_ns(CLOCK_MONOTONIC);
+    g_start_real = now_ns(CLOCK_REALTIME);
+    const char *paused = getenv("AUTOITT_START_PAUSED");
+    if (paused && paused[0] && strcmp(paused, "0") != 0) {
+        atomic_store(&g_state, ST_PAUSED);
+        g_header_flags = F_START_PAUSED;
+    }
+    const char *dir = getenv("AUTOITT_TRACE_DIR");
+    if (!dir || !dir[0]) dir = ".";
+    if (dir[0] == '/') {
+        snprintf(g_dir, sizeof g_dir, "%s", dir);
+    } else {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd)) snprintf(g_dir, sizeof g_dir, "%s/%s", cwd, dir);
+        else snprintf(g_dir, sizeof g_dir, "%s", dir);
+    }
+    g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(at_exit);
+}
+
+__attribute__((destructor)) static void collector_unload(void) { flush_all(); }

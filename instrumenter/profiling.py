@@ -1,0 +1,159 @@
+"""``autoitt profile``: rewrite a copy into a result folder, run it, read the results back.
+
+parse -> detect -> plan -> rewrite (transforms) -> run (a backend) -> read
+results (tracefile, analysis) -> report (summary). The built-in backend runs
+the copy with autoitt's own ITT collector; the VTune backend runs it under
+``vtune``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from transforms import Mode, Outcome, Result, SourceError, instrument_source
+
+from . import files
+from .results import RunInfo, new_result_dir
+
+BACKENDS = ("auto", "builtin", "vtune")
+TRACE_SUBDIR = "itt"
+
+
+def find_vtune() -> Optional[Path]:
+    """The ``vtune`` executable: on PATH, under $VTUNE_PROFILER_DIR, or under $ONEAPI_ROOT."""
+    found = shutil.which("vtune")
+    if found:
+        return Path(found)
+    candidates = []
+    if os.environ.get("VTUNE_PROFILER_DIR"):
+        candidates.append(Path(os.environ["VTUNE_PROFILER_DIR"]) / "bin64" / "vtune")
+    if os.environ.get("ONEAPI_ROOT"):
+        candidates.append(Path(os.environ["ONEAPI_ROOT"]) / "vtune" / "latest" / "bin64" / "vtune")
+    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def choose_backend(requested: str) -> Tuple[str, str]:
+    """(backend, one line saying which and why)."""
+    if requested == "builtin":
+        return "builtin", "built-in ITT collector (--backend builtin)"
+    vtune = find_vtune()
+    if requested == "vtune":
+        if vtune is None:
+            raise SourceError("vtune", "not found on PATH, under $VTUNE_PROFILER_DIR or $ONEAPI_ROOT; "
+                                       "install Intel VTune Profiler or use --backend builtin")
+        return "vtune", f"VTune at {vtune} (--backend vtune)"
+    if vtune is not None:
+        return "vtune", f"VTune found at {vtune}"
+    return "builtin", "built-in ITT collector (no vtune on PATH, $VTUNE_PROFILER_DIR or $ONEAPI_ROOT)"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The copy to run and what the rewrite decided."""
+
+    result: Result
+    copy: Path
+    step_labels: List[str]
+    start_paused: bool
+    notes: List[str]
+
+
+def prepare(script: Path, mode: Mode, folder: Path) -> Prepared:
+    """Instrument ``script`` into ``folder`` with the diff and the loops JSON beside it."""
+    from .diff import marker_diff
+
+    data = files.read_script(script)
+    result = instrument_source(data, str(script), mode, stem=script.stem)
+    notes = [f"{script}:{n.line}: {n.message}" if n.line else f"{script}: {n.message}" for n in result.plan.notes]
+    regions = result.detection.regions
+    (folder / "loops.json").write_text(json.dumps([r.to_json() for r in regions], indent=2) + "\n")
+    copy = folder / f"{script.stem}_itt.py"
+    if result.outcome is Outcome.INSTRUMENTED:
+        files.atomic_write(copy, result.output, mode_from=script)
+        text, _ = marker_diff(result.source.text, result.output.decode(result.source.encoding),
+                              str(script), str(copy))
+        (folder / "instrument.diff").write_text(text)
+        start_paused = True
+    else:
+        # Already instrumented (its own resume/pause decide) or nothing to mark
+        # (then collect the whole run, so framework tasks still show).
+        shutil.copy2(script, copy)
+        start_paused = result.outcome is Outcome.ALREADY_INSTRUMENTED
+        if result.outcome is Outcome.NOTHING_TO_DO:
+            notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
+    labels = sorted({r.label for r in regions if r.role == "step"})
+    return Prepared(result, copy, labels, start_paused, notes)
+
+
+def launch_command(copy: Path, script: Path, args: Sequence[str]) -> List[str]:
+    """The target command: the same interpreter, through the launcher that makes the copy act as ``script``."""
+    return [sys.executable, "-m", "instrumenter.launch", str(copy), str(script), *args]
+
+
+def run_builtin(command: List[str], trace_dir: Path, start_paused: bool) -> Tuple[int, float]:
+    """Run the target with the built-in collector; returns (exit code, elapsed seconds)."""
+    from .collector import environment
+
+    env = dict(os.environ)
+    env.update(environment(trace_dir, start_paused))
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env)
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        # The target got the same SIGINT; let it finish writing what it recorded.
+        code = process.wait()
+    return code, time.perf_counter() - started
+
+
+def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[Path], backend: str,
+            say) -> Tuple[Path, RunInfo]:
+    """Prepare, run and record one profile; returns the folder and the run's info."""
+    if not script.is_file():
+        files.read_script(script)  # raises the precise error (missing, directory, unreadable)
+    folder = new_result_dir(script, result_dir)
+    chosen, why = choose_backend(backend)
+    say(f"backend: {why}")
+    prepared = prepare(script, mode, folder)
+    for note in prepared.notes:
+        say(note)
+    command = launch_command(prepared.copy, script, args)
+    info = RunInfo(script=str(script), copy=str(prepared.copy), args=list(args), backend=chosen, command=command,
+                   domain=mode.domain_for(script.stem), step_labels=prepared.step_labels,
+                   start_paused=prepared.start_paused, notes=prepared.notes)
+    info.save(folder)
+    if chosen == "vtune":
+        raise SourceError("vtune", "the VTune backend is not available in this version; use --backend builtin")
+    say(f"running {script} ({prepared.copy.name}) with the built-in collector; results in {folder}/")
+    info.exit_code, info.elapsed_s = run_builtin(command, folder / TRACE_SUBDIR, prepared.start_paused)
+    info.save(folder)
+    return folder, info
+
+
+def analyse(folder: Path, info: RunInfo):
+    """Read the recorded files and write trace.json, summary.json and steps.svg; returns the Summary."""
+    from . import chrome_trace
+    from .analysis import intervals, summarize
+    from .plot import step_time_svg
+    from .tracefile import read_trace_dir
+
+    trace_dir = folder / TRACE_SUBDIR
+    traces = read_trace_dir(trace_dir) if trace_dir.is_dir() else []
+    summary = summarize(traces, info.elapsed_s, info.step_labels, info.domain, info.start_paused)
+    if not traces:
+        summary.warnings.append("the collector wrote no trace file: no process of the run loaded it "
+                                "(was ittapi imported? did the script start?)")
+    items, _ = intervals(traces)
+    script_name = Path(info.script).name
+    (folder / "trace.json").write_text(json.dumps(chrome_trace.build(traces, items, script_name)))
+    (folder / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    (folder / "steps.svg").write_text(step_time_svg(summary.steps, f"Step time, {script_name}"))
+    return summary

@@ -1,0 +1,21 @@
+"""Builds autoitt's ITT collector, the one compiled part of autoitt.
+
+``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``.
+It is a plain shared library for Intel's ITT static parts to ``dlopen``
+(through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
+``instrumenter.collector.library_path()`` finds it. Building needs a C compiler
+(gcc or clang); everything else about the package is in pyproject.toml.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "instrumenter._collector",
+            sources=["instrumenter/collector/collector.c"],
+            extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
+            libraries=["pthread", "dl"],
+        )
+    ],
+)

@@ -1,0 +1,417 @@
+"""autoitt's ITT collector, end to end: real targets, real ITT static parts, real files.
+
+Every test runs a Python subprocess with the environment from
+``instrumenter.collector.environment`` (so the ITT static parts of ittapi,
+torch and TensorFlow load the collector built with the package) and reads what
+it wrote with ``instrumenter.tracefile``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from instrumenter.collector import environment, library_path
+from instrumenter.tracefile import Event, ProcessTrace, TraceFormatError, read_trace_dir, read_trace_file
+
+ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")
+
+
+def target_env(trace_dir: Path, start_paused: bool = False, **extra: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ITT_VARIABLES}
+    env.update(environment(trace_dir, start_paused=start_paused))
+    env.update(extra)
+    return env
+
+
+def run_target(tmp_path: Path, code: str, start_paused: bool = False, expect_rc: int = 0,
+               timeout: float = 60, **extra: str) -> Tuple[subprocess.CompletedProcess, Path]:
+    script = tmp_path / "target.py"
+    script.write_text(textwrap.dedent(code))
+    traces = tmp_path / "traces"
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=target_env(traces, start_paused, **extra),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    assert done.returncode == expect_rc, done.stderr
+    return done, traces
+
+
+def only_trace(traces: Path) -> ProcessTrace:
+    found = read_trace_dir(traces)
+    assert len(found) == 1, [t.path for t in found]
+    assert found[0].warnings == []
+    return found[0]
+
+
+def tasks(trace: ProcessTrace) -> List[Tuple[str, Optional[str], Optional[str]]]:
+    return [(e.kind, e.domain, e.name) for e in trace.events]
+
+
+def check_balanced(events: List[Event]) -> None:
+    """Per thread, every end closes the innermost open task of the same domain; nothing stays open."""
+    stacks: Dict[int, List[Event]] = {}
+    for event in events:
+        stack = stacks.setdefault(event.tid, [])
+        if event.kind == "begin":
+            stack.append(event)
+        elif event.kind == "end":
+            assert stack, f"end without begin: {event}"
+            assert stack.pop().domain == event.domain
+    assert all(not s for s in stacks.values()), stacks
+
+
+def check_monotonic(events: List[Event]) -> None:
+    last: Dict[int, int] = {}
+    for event in events:
+        assert event.ts >= last.get(event.tid, 0), event
+        last[event.tid] = event.ts
+
+
+# --------------------------------------------------------------------------- the library
+
+
+def test_library_is_built_and_found_without_importing_it():
+    path = library_path()
+    assert path.is_file() and path.suffix == ".so"
+    env = environment(Path("traces"), start_paused=True)
+    assert env["INTEL_LIBITTNOTIFY64"] == str(path)
+    assert Path(env["AUTOITT_TRACE_DIR"]).is_absolute()
+    assert env["AUTOITT_START_PAUSED"] == "1"
+    assert environment(Path("t"), start_paused=False)["AUTOITT_START_PAUSED"] == "0"
+    probe = ("import sys, instrumenter.collector as c; c.library_path(); "
+             "print(sorted(m for m in sys.modules if m.startswith(('ittapi', 'torch', 'instrumenter'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['instrumenter', 'instrumenter.collector']"
+
+
+def test_exports_only_the_itt_entry_points():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library_path())], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("no nm")
+    names = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+    assert "__itt_api_init" in names
+    assert {n for n in names if not n.startswith("__itt_")} <= {"_init", "_fini"}
+
+
+def test_a_missing_library_says_how_to_build_it(monkeypatch):
+    import importlib.util
+
+    import instrumenter.collector as collector
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(collector.CollectorMissing, match="C compiler"):
+        collector.library_path()
+
+
+# --------------------------------------------------------------------------- ittapi targets
+
+
+def test_names_nesting_and_timestamps(tmp_path):
+    done, traces = run_target(tmp_path, """
+        import os
+        import ittapi.compat as itt
+        outer = itt.domain_create("autoitt.test")
+        other = itt.domain_create("other")
+        itt.task_begin(outer, "epoch")
+        for _ in range(3):
+            itt.task_begin(outer, "step")
+            itt.task_begin(other, "inner é")
+            itt.task_end(other)
+            itt.task_end(outer)
+        itt.task_end(outer)
+        print(os.getpid())
+    """)
+    trace = only_trace(traces)
+    assert trace.path.name == f"itt-{trace.pid}.bin"
+    assert trace.pid == int(done.stdout)
+    assert trace.ppid == os.getpid()
+    step = [("begin", "autoitt.test", "step"), ("begin", "other", "inner é"), ("end", "other", None),
+            ("end", "autoitt.test", None)]
+    assert tasks(trace) == [("begin", "autoitt.test", "epoch")] + step * 3 + [("end", "autoitt.test", None)]
+    assert {e.pid for e in trace.events} == {trace.pid}
+    assert len({e.tid for e in trace.events}) == 1
+    check_monotonic(trace.events)
+    assert trace.start_ns <= trace.events[0].ts
+    assert trace.wall_start_ns > 1_600_000_000 * 10**9
+    assert trace.thread_names[trace.events[0].tid]  # the prctl name, e.g. "python"
+
+
+def test_start_paused_keeps_only_tasks_between_resume_and_pause(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("w")
+        itt.task_begin(d, "warmup"); itt.task_end(d)
+        itt.resume()
+        itt.task_begin(d, "kept1"); itt.task_end(d)
+        itt.pause()
+        itt.task_begin(d, "dropped"); itt.task_end(d)
+        itt.resume()
+        itt.task_begin(d, "kept2"); itt.task_end(d)
+        itt.pause()
+        itt.task_begin(d, "teardown"); itt.task_end(d)
+    """, start_paused=True)
+    trace = only_trace(traces)
+    assert tasks(trace) == [
+        ("resume", None, None), ("begin", "w", "kept1"), ("end", "w", None), ("pause", None, None),
+        ("resume", None, None), ("begin", "w", "kept2"), ("end", "w", None), ("pause", None, None),
+    ]
+
+
+def test_collecting_from_the_start_without_start_paused(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("w")
+        itt.task_begin(d, "before"); itt.task_end(d)
+        itt.pause()
+        itt.task_begin(d, "paused"); itt.task_end(d)
+        itt.resume()
+        itt.task_begin(d, "after"); itt.task_end(d)
+        itt.detach()
+        itt.task_begin(d, "detached"); itt.task_end(d)
+    """)
+    names = [(e.kind, e.name) for e in only_trace(traces).events]
+    assert names == [("begin", "before"), ("end", None), ("pause", None), ("resume", None),
+                     ("begin", "after"), ("end", None), ("detach", None)]
+
+
+def test_threads_record_concurrently_with_their_names(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import threading
+        import ittapi, ittapi.compat as itt
+        d = itt.domain_create("threads")
+        start = threading.Barrier(4)
+        def work(i):
+            ittapi.thread_set_name(f"worker-{i}")
+            start.wait()
+            for n in range(3000):
+                itt.task_begin(d, f"outer-{i}")
+                itt.task_begin(d, "inner")
+                itt.task_end(d)
+                itt.task_end(d)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        itt.task_begin(d, "main"); itt.task_end(d)
+    """)
+    trace = only_trace(traces)
+    by_tid: Dict[int, List[Event]] = {}
+    for event in trace.events:
+        by_tid.setdefault(event.tid, []).append(event)
+    assert len(by_tid) == 5
+    workers = {tid: events for tid, events in by_tid.items() if len(events) > 2}
+    assert len(workers) == 4
+    for tid, events in workers.items():
+        assert len(events) == 4 * 3000
+        outer = {e.name for e in events if e.kind == "begin"} - {"inner"}
+        assert len(outer) == 1
+        i = outer.pop().split("-")[1]
+        assert trace.thread_names[tid] == f"worker-{i}"
+    check_balanced(trace.events)
+    check_monotonic(trace.events)
+    assert [e.ts for e in trace.events] == sorted(e.ts for e in trace.events)
+
+
+def test_more_events_than_a_buffer_holds_all_in_order(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("many")
+        names = [f"t{i}" for i in range(7)]
+        for i in range(100_000):
+            itt.task_begin(d, names[i % 7])
+            itt.task_end(d)
+    """)
+    trace = only_trace(traces)
+    assert trace.path.stat().st_size > 100_000 * 64
+    assert len(trace.events) == 200_000
+    assert [e.name for e in trace.events[0::2]] == [f"t{i % 7}" for i in range(100_000)]
+    assert {e.kind for e in trace.events[1::2]} == {"end"}
+    check_monotonic(trace.events)
+
+
+def test_forked_child_writes_its_own_file(tmp_path):
+    done, traces = run_target(tmp_path, """
+        import os
+        import ittapi.compat as itt
+        d = itt.domain_create("fork")
+        itt.task_begin(d, "parent-before")       # still buffered in the parent at the fork
+        pid = os.fork()
+        if pid == 0:
+            child = itt.domain_create("child-domain")
+            for i in range(5000):                # more than one buffer
+                itt.task_begin(d, "child"); itt.task_begin(child, "child-inner")
+                itt.task_end(child); itt.task_end(d)
+            os._exit(0)                          # like multiprocessing: no exit handlers
+        _, status = os.waitpid(pid, 0)
+        assert status == 0, status
+        itt.task_end(d)
+        itt.task_begin(d, "parent-after"); itt.task_end(d)
+        print(os.getpid(), pid)
+    """)
+    parent_pid, child_pid = map(int, done.stdout.split())
+    parent, child = read_trace_dir(traces)
+    assert (parent.pid, child.pid) == (parent_pid, child_pid)
+    assert child.ppid == parent_pid and child.path.name == f"itt-{child_pid}.bin"
+    assert parent.warnings == [] and child.warnings == []
+    assert tasks(parent) == [("begin", "fork", "parent-before"), ("end", "fork", None),
+                             ("begin", "fork", "parent-after"), ("end", "fork", None)]
+    assert {e.pid for e in parent.events} == {parent_pid}
+    assert {e.pid for e in child.events} == {child_pid}
+    assert tasks(child) == [("begin", "fork", "child"), ("begin", "child-domain", "child-inner"),
+                            ("end", "child-domain", None), ("end", "fork", None)] * 5000
+    assert child.start_ns > parent.start_ns
+
+
+def test_no_file_until_attached_and_a_header_only_file_after(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        itt.domain_create("only a domain")   # creating does not attach the collector
+    """)
+    assert not traces.exists() or list(traces.iterdir()) == []
+    # attached (by the task calls) but started paused and never resumed: no events
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("never resumed")
+        itt.task_begin(d, "dropped"); itt.task_end(d)
+    """, start_paused=True)
+    trace = only_trace(traces)
+    assert trace.events == []
+
+
+def test_uncaught_exception_still_flushes(tmp_path):
+    done, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("crash")
+        itt.task_begin(d, "training")
+        for i in range(10):
+            itt.task_begin(d, "step"); itt.task_end(d)
+        raise RuntimeError("boom")
+    """, expect_rc=1)
+    assert "boom" in done.stderr
+    trace = only_trace(traces)
+    assert len(trace.events) == 21
+    assert trace.events[0].name == "training"
+
+
+def test_sigint_keeps_what_was_recorded(tmp_path):
+    script = tmp_path / "target.py"
+    script.write_text(textwrap.dedent("""
+        import ittapi.compat as itt
+        d = itt.domain_create("sigint")
+        itt.task_begin(d, "loop")
+        for i in range(1000):
+            itt.task_begin(d, "tick"); itt.task_end(d)
+        print("ready", flush=True)
+        while True:
+            itt.task_begin(d, "tick"); itt.task_end(d)
+    """))
+    traces = tmp_path / "traces"
+    target = subprocess.Popen([sys.executable, str(script)], env=target_env(traces),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert target.stdout.readline() == "ready\n"
+    target.send_signal(signal.SIGINT)
+    _, err = target.communicate(timeout=30)
+    assert "KeyboardInterrupt" in err
+    assert target.returncode == -signal.SIGINT  # Python re-raises SIGINT after finalizing
+    trace = only_trace(traces)
+    assert trace.events[0].name == "loop"
+    assert len(trace.events) >= 2001
+    ticks = trace.events[1:]
+    # every pair up to the interrupt, with at most the interrupted pair's begin left open
+    assert [e.kind for e in ticks[:len(ticks) // 2 * 2]] == ["begin", "end"] * (len(ticks) // 2)
+
+
+# --------------------------------------------------------------------------- damaged files
+
+
+def test_truncated_file_reads_up_to_the_damage(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("cut")
+        for i in range(10_000):
+            itt.task_begin(d, "t"); itt.task_end(d)
+    """)
+    whole = only_trace(traces)
+    data = whole.path.read_bytes()
+    cut = tmp_path / "itt-1.bin"
+    for size in (len(data) // 2 + 5, len(data) - 1, 48 + 16 + 7):
+        cut.write_bytes(data[:size])
+        trace = read_trace_file(cut)
+        assert len(trace.warnings) == 1 and "itt-1.bin: truncated at byte" in trace.warnings[0], trace.warnings
+        n = len(trace.events)
+        assert f"read {n} events before the damage" in trace.warnings[0]
+        assert trace.events == whole.events[:n]
+        assert n <= len(whole.events) and (n > 0 or size < 200)
+    # garbage over a chunk header in the middle: read up to it, nothing after it
+    chunks, offset = [], 48
+    while offset < len(data):
+        chunks.append(offset)
+        offset += 16 + struct.unpack_from("<I", data, offset + 8)[0]
+    assert len(chunks) > 3
+    middle = chunks[len(chunks) // 2]
+    cut.write_bytes(data[:middle] + b"\xff" * 64 + data[middle + 64:])
+    trace = read_trace_file(cut)
+    assert trace.warnings[0].startswith(f"itt-1.bin: damaged at byte {middle}: bad chunk magic")
+    assert 0 < len(trace.events) < len(whole.events)
+    assert trace.events == whole.events[:len(trace.events)]
+
+
+def test_a_file_that_is_not_a_trace(tmp_path):
+    for content in (b"", b"AITTRACE", b"#!/usr/bin/env python\n" * 10):
+        path = tmp_path / "itt-7.bin"
+        path.write_bytes(content)
+        with pytest.raises(TraceFormatError):
+            read_trace_file(path)
+
+
+# --------------------------------------------------------------------------- frameworks
+
+
+def test_torch_operators_nest_inside_our_task(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        import torch
+        d = itt.domain_create("autoitt.torch")
+        model = torch.nn.Linear(4, 2)
+        itt.task_begin(d, "step")
+        with torch.autograd.profiler.emit_itt():
+            model(torch.ones(3, 4)).sum().backward()
+        itt.task_end(d)
+    """, timeout=120)
+    trace = only_trace(traces)
+    check_balanced(trace.events)
+    main = [e for e in trace.events if e.tid == trace.events[0].tid]
+    assert (main[0].domain, main[0].name) == ("autoitt.torch", "step")
+    assert (main[-1].kind, main[-1].domain) == ("end", "autoitt.torch")
+    depth, seen = 0, {}
+    for event in main:
+        if event.kind == "begin":
+            depth += 1
+            seen.setdefault(event.name, (event.domain, depth))
+        elif event.kind == "end":
+            depth -= 1
+    assert seen["aten::linear"] == ("PyTorch", 2)
+    assert seen["aten::addmm"][0] == "PyTorch" and seen["aten::addmm"][1] > 2
+    assert any(name.startswith("autograd::engine::evaluate_function") for name in seen)
+    assert all(e.domain == "PyTorch" for e in trace.events if e.kind == "begin" and e.name != "step")
+
+
+@pytest.mark.slow
+def test_tensorflow_onednn_tasks(tmp_path):
+    # TF 2.21 turns oneDNN on by default only on some CPUs: ask for it
+    _, traces = run_target(tmp_path, """
+        import tensorflow as tf
+        x = tf.random.uniform([2, 16, 16, 4])
+        w = tf.random.uniform([3, 3, 4, 8])
+        print(tf.nn.conv2d(x, w, 1, "SAME").shape)
+    """, timeout=180, TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    trace = only_trace(traces)
+    check_balanced(trace.events)
+    begun = {(e.domain, e.name) for e in trace.events if e.kind == "begin"}
+    assert ("dnnl::primitive::execute", "convolution") in begun
