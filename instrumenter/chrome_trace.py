@@ -16,11 +16,11 @@ def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
     events: List[dict] = []
     pids = {t.pid for t in traces}
     for trace in traces:
-        role = "worker" if trace.ppid in pids else script_name
-        events.append({"ph": "M", "name": "process_name", "pid": trace.pid,
-                       "args": {"name": f"{role} (pid {trace.pid})"}})
+        worker = trace.ppid in pids
+        label = f"worker process (pid {trace.pid}, parent {trace.ppid})" if worker else f"{script_name} (pid {trace.pid})"
+        events.append({"ph": "M", "name": "process_name", "pid": trace.pid, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": trace.pid,
-                       "args": {"sort_index": 0 if role == script_name else 1}})
+                       "args": {"sort_index": 1 if worker else 0}})
         tids = {e.tid for e in trace.events} | set(trace.thread_names)
         for tid in sorted(tids):
             name = trace.thread_names.get(tid) or ("main" if tid == trace.pid else f"thread {tid}")

@@ -281,7 +281,8 @@ def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
               help="Folder for the results (must be new or empty). Default: autoitt-results/<stem>-<n>/.")
 @click.option("--backend", type=click.Choice(["auto", "builtin", "vtune"]), default="auto", show_default=True,
               help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
 @_mode_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
@@ -308,7 +309,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
         from .profiling import analyse, profile as run_profile
         from .summary import console_for_stdout, render
 
-        folder, info = run_profile(script, args, mode, result_dir, backend, report.note)
+        folder, info = run_profile(script, args, mode, result_dir, backend, report.note, stdout_to_stderr=as_json)
         summary = analyse(folder, info)
         if as_json:
             click.echo(json.dumps(summary.to_json(), indent=2))

@@ -98,14 +98,18 @@ def launch_command(copy: Path, script: Path, args: Sequence[str]) -> List[str]:
     return [sys.executable, "-m", "instrumenter.launch", str(copy), str(script), *args]
 
 
-def run_builtin(command: List[str], trace_dir: Path, start_paused: bool) -> Tuple[int, float]:
-    """Run the target with the built-in collector; returns (exit code, elapsed seconds)."""
+def run_builtin(command: List[str], trace_dir: Path, start_paused: bool,
+                stdout_to_stderr: bool = False) -> Tuple[int, float]:
+    """Run the target with the built-in collector; returns (exit code, elapsed seconds).
+
+    ``stdout_to_stderr`` keeps autoitt's stdout for machine-readable output.
+    """
     from .collector import environment
 
     env = dict(os.environ)
     env.update(environment(trace_dir, start_paused))
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=env)
+    process = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None)
     try:
         code = process.wait()
     except KeyboardInterrupt:
@@ -115,7 +119,7 @@ def run_builtin(command: List[str], trace_dir: Path, start_paused: bool) -> Tupl
 
 
 def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[Path], backend: str,
-            say) -> Tuple[Path, RunInfo]:
+            say, stdout_to_stderr: bool = False) -> Tuple[Path, RunInfo]:
     """Prepare, run and record one profile; returns the folder and the run's info."""
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
@@ -133,7 +137,8 @@ def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[
     if chosen == "vtune":
         raise SourceError("vtune", "the VTune backend is not available in this version; use --backend builtin")
     say(f"running {script} ({prepared.copy.name}) with the built-in collector; results in {folder}/")
-    info.exit_code, info.elapsed_s = run_builtin(command, folder / TRACE_SUBDIR, prepared.start_paused)
+    info.exit_code, info.elapsed_s = run_builtin(command, folder / TRACE_SUBDIR, prepared.start_paused,
+                                                 stdout_to_stderr)
     info.save(folder)
     return folder, info
 
