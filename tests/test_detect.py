@@ -428,3 +428,12 @@ def test_loops_human_output_lists_lines_roles_and_reasons():
     assert result.exit_code == 0
     assert "loss.backward()" in result.stdout
     assert "torch.no_grad()" in result.stdout
+
+
+def test_loop_around_a_non_training_loop_is_classified_by_its_own_body():
+    assert regions("""
+        for batch in loader:
+            for p in params:
+                print(p)
+            loss.backward()
+    """) == [(2, "step")]

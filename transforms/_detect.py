@@ -19,7 +19,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from . import _evidence as ev
 from ._names import ImportTable, dotted
 from ._parsing import Source
-from ._walk import LOOPS, child_blocks, iter_calls, iter_expression_nodes
+from ._walk import DEFINITIONS, LOOPS, child_blocks
 
 ROLES = ("epoch", "step", "eval", "train-call")
 #: How many same-file calls deep detection follows from a loop body.
@@ -130,25 +130,66 @@ class _Site:
         return None
 
 
+def _import_statements(stmts: Sequence[ast.stmt]) -> Iterable[ast.AST]:
+    """Every import statement, at any depth (a statement-only walk: cheap)."""
+    for stmt in stmts:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            yield stmt
+        for block in child_blocks(stmt):
+            yield from _import_statements(block)
+
+
+def _own_expressions(stmt: ast.stmt) -> List[ast.AST]:
+    """The expressions a statement evaluates itself, not those of the blocks it holds."""
+    if not child_blocks(stmt):
+        return [stmt]
+    roots: List[ast.AST] = []
+    for name, value in ast.iter_fields(stmt):
+        if name in ("body", "orelse", "finalbody"):
+            continue
+        if name == "handlers":
+            roots.extend(h.type for h in value if h.type is not None)
+        elif name == "cases":
+            for case in value:
+                roots.append(case.pattern)
+                if case.guard is not None:
+                    roots.append(case.guard)
+        elif isinstance(value, list):
+            roots.extend(v for v in value if isinstance(v, ast.AST))
+        elif isinstance(value, ast.AST):
+            roots.append(value)
+    return roots
+
+
 class _Index:
-    """One walk over the statements: ordinals, functions, classes, loops, calls."""
+    """One walk over the script: ordinals, functions, classes, loops, calls, names.
+
+    Every expression node is visited once here; later questions ("which calls
+    does this loop body make?") are answered from the per-statement lists.
+    """
 
     def __init__(self, source: Source) -> None:
         self.tree = source.tree
-        self.imports = ImportTable.from_tree(self.tree)
+        self.imports = ImportTable.from_imports(_import_statements(self.tree.body))
         self.functions: Dict[str, _Function] = {}
         self.function_of_node: Dict[int, _Function] = {}
         self.classes: Dict[str, Dict[str, _Function]] = {}
         self.loops: List[_Site] = []
+        self.nested: Dict[int, List[_Site]] = {}
         self.call_sites: List[_Site] = []
         self.mode_switches: Dict[Optional[str], List[Tuple[int, str]]] = {}
+        self.calls_of: Dict[int, List[ast.Call]] = {}
+        self.all_calls: List[ast.Call] = []
+        self.assignments: List[ast.stmt] = []
+        self.names: Set[str] = set()
         self.ordinal = 0
         self._walk(self.tree.body, None, None, (), None)
-        self.bindings = ev.collect_bindings(self.tree, self.imports, set(self.classes))
+        self.bindings = ev.collect_bindings(self.assignments, self.imports, set(self.classes))
         self.method_names: Dict[str, List[_Function]] = {}
         for methods in self.classes.values():
             for name, method in methods.items():
                 self.method_names.setdefault(name, []).append(method)
+        self._block_calls: Dict[Tuple[int, bool], List[ast.Call]] = {}
 
     def _walk(
         self,
@@ -162,6 +203,7 @@ class _Index:
         for stmt in stmts:
             ordinal = self.ordinal
             self.ordinal += 1
+            self._scan(stmt)
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qual = f"{class_qualname}.{stmt.name}" if class_qualname else prefix + stmt.name
                 compiled = next(
@@ -187,12 +229,60 @@ class _Index:
                 for item in stmt.items:
                     inner_grad_off = ev.grad_disabled(item.context_expr, self.imports) or inner_grad_off
             if isinstance(stmt, LOOPS):
-                self.loops.append(_Site(stmt, ordinal, function, loops, grad_off))
+                site = _Site(stmt, ordinal, function, loops, grad_off)
+                self.loops.append(site)
+                for outer in loops:
+                    self.nested.setdefault(id(outer), []).append(site)
             elif not child_blocks(stmt):
                 self._index_simple(stmt, ordinal, function, loops, grad_off)
             inner_loops = loops + (stmt,) if isinstance(stmt, LOOPS) else loops
             for block in child_blocks(stmt):
                 self._walk(block, function, class_qualname, inner_loops, inner_grad_off)
+
+    def _scan(self, stmt: ast.stmt) -> None:
+        """Record the calls and names of ``stmt``'s own expressions (once per node)."""
+        calls: List[ast.Call] = []
+        names = self.names
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            self.assignments.append(stmt)
+        for root in _own_expressions(stmt):
+            for node in ast.walk(root):
+                if isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Call):
+                    calls.append(node)
+                elif isinstance(node, ast.arg):
+                    names.add(node.arg)
+        if calls:
+            self.calls_of[id(stmt)] = calls
+            self.all_calls.extend(calls)
+
+    def block_calls(self, stmts: Sequence[ast.stmt], enter_loops: bool) -> List[ast.Call]:
+        """Calls that running ``stmts`` makes itself: not in nested definitions, and
+        not in nested loops unless ``enter_loops``."""
+        found: List[ast.Call] = []
+        for stmt in stmts:
+            if isinstance(stmt, DEFINITIONS):
+                # Defining runs only the decorators (and defaults); the body runs when called.
+                found.extend(self.calls_of.get(id(stmt), ()))
+                continue
+            if not enter_loops and isinstance(stmt, LOOPS):
+                continue
+            found.extend(self.calls_of.get(id(stmt), ()))
+            for block in child_blocks(stmt):
+                found.extend(self.block_calls(block, enter_loops))
+        return found
+
+    def function_calls(self, function: _Function, enter_loops: bool) -> List[ast.Call]:
+        key = (id(function.node), enter_loops)
+        cached = self._block_calls.get(key)
+        if cached is None:
+            cached = self._block_calls[key] = self.block_calls(function.node.body, enter_loops)
+        return cached
 
     def _index_simple(self, stmt, ordinal, function, loops, grad_off) -> None:
         key = function.qualname if function else None
@@ -200,10 +290,11 @@ class _Index:
             switch = ev.mode_switch(stmt.value)
             if switch:
                 self.mode_switches.setdefault(key, []).append((stmt.lineno, switch))
-        for call in iter_calls([stmt], enter_loops=True):
+        for call in self.calls_of.get(id(stmt), ()):
             label = ev.train_call(call, self.imports)
             if label:
                 self.call_sites.append(_Site(stmt, ordinal, function, loops, grad_off, call, label))
+                break
 
     # -- call resolution ---------------------------------------------------
 
@@ -254,6 +345,8 @@ class _Classifier:
         self.roles: Dict[int, Optional[Tuple[str, str]]] = {}
         self.notes: List[Note] = []
         self._in_progress: Set[int] = set()
+        self._updates: Dict[Tuple[int, int], Optional[str]] = {}
+        self._training: Dict[Tuple[int, int], Optional[Tuple[int, str]]] = {}
         self._loops_of: Dict[Optional[str], List[_Site]] = {}
         for site in index.loops:
             key = site.function.qualname if site.function else None
@@ -284,11 +377,15 @@ class _Classifier:
         """Why calling ``function`` updates parameters once (outside its own loops)."""
         if depth <= 0 or id(function.node) in seen:
             return None
-        seen = seen | {id(function.node)}
-        return self.update_in(function.node.body, function, depth, seen)
+        key = (id(function.node), depth)
+        if key not in self._updates:
+            # Memoized per depth, so the call bound stays exact; a cycle cut
+            # short by ``seen`` only ever hides an update, never invents one.
+            calls = self.index.function_calls(function, enter_loops=False)
+            self._updates[key] = self._update_from(calls, function, depth, seen | {id(function.node)})
+        return self._updates[key]
 
-    def update_in(self, stmts, function, depth: int, seen: Set[int]) -> Optional[str]:
-        calls = list(iter_calls(stmts, enter_loops=False))
+    def _update_from(self, calls, function, depth: int, seen: Set[int]) -> Optional[str]:
         for call in calls:
             found = ev.update_evidence(call, self.index.bindings)
             if found:
@@ -298,25 +395,34 @@ class _Classifier:
             if callee is not None:
                 found = self.direct_update(callee, depth - 1, seen)
                 if found:
-                    return f"calls {callee.qualname}(): {found}" if not found.startswith("calls ") else f"calls {callee.qualname}() -> {found[6:]}"
+                    if found.startswith("calls "):
+                        return f"calls {callee.qualname}() -> {found[len('calls '):]}"
+                    return f"calls {callee.qualname}(): {found}"
         return None
 
     def training_loop_in(self, function: _Function, depth: int, seen: Set[int]) -> Optional[Tuple[int, str]]:
         """(line, role) of a step or epoch loop that calling ``function`` runs."""
         if depth <= 0 or id(function.node) in seen:
             return None
+        key = (id(function.node), depth)
+        if key in self._training:
+            return self._training[key]
         seen = seen | {id(function.node)}
+        found = None
         for site in self._loops_of.get(function.qualname, []):
             role = self.role(site)
             if role and role[0] in ("step", "epoch"):
-                return site.node.lineno, role[0]
-        for call in iter_calls(function.node.body, enter_loops=True):
-            callee = self.index.resolve(call, function)
-            if callee is not None:
-                found = self.training_loop_in(callee, depth - 1, seen)
-                if found:
-                    return found
-        return None
+                found = site.node.lineno, role[0]
+                break
+        if found is None:
+            for call in self.index.function_calls(function, enter_loops=True):
+                callee = self.index.resolve(call, function)
+                if callee is not None:
+                    found = self.training_loop_in(callee, depth - 1, seen)
+                    if found:
+                        break
+        self._training[key] = found
+        return found
 
     # -- loops -----------------------------------------------------------------
 
@@ -341,18 +447,18 @@ class _Classifier:
             return None
         if directive:
             return directive, f"forced by '# autoitt: {directive}'"
-        for inner in self._nested_loops(loop):
+        for inner in self.index.nested.get(id(loop), ()):
             role = self.role(inner)
             if role and role[0] in ("step", "epoch"):
                 return "epoch", f"contains {role[0]} loop at line {inner.node.lineno}"
-        calls = list(iter_calls(loop.body, enter_loops=False))
+        calls = self.index.block_calls(loop.body, enter_loops=False)
         for call in calls:
             callee = self.index.resolve(call, site.function)
             if callee is not None:
                 found = self.training_loop_in(callee, CALL_DEPTH, set())
                 if found:
                     return "epoch", f"calls {callee.qualname}() which has a {found[1]} loop at line {found[0]}"
-        update = self.update_in(loop.body, site.function, CALL_DEPTH, set())
+        update = self._update_from(calls, site.function, CALL_DEPTH, set())
         if update:
             return "step", f"updates parameters: {update}"
         for call in calls:
@@ -368,16 +474,6 @@ class _Classifier:
             return "eval", f"forward passes {context}"
         return None
 
-    def _nested_loops(self, loop: ast.AST) -> List[_Site]:
-        found = []
-        for block in child_blocks(loop)[:1]:
-            for node in iter_expression_nodes(block, enter_loops=True):
-                if isinstance(node, LOOPS):
-                    site = self.site_of.get(id(node))
-                    if site is not None:
-                        found.append(site)
-        return found
-
     def _eval_context(self, site: _Site) -> Optional[str]:
         if site.grad_off:
             return f"under {site.grad_off}"
@@ -390,7 +486,7 @@ class _Classifier:
                         return f"under {off}"
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and ev.mode_switch(stmt.value) == "eval":
                 return f"after {dotted(stmt.value.func)}()"
-        for call in iter_calls(loop.body, enter_loops=False):
+        for call in self.index.block_calls(loop.body, enter_loops=False):
             for keyword in call.keywords:
                 if keyword.arg == "training" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False:
                     return "with training=False"
@@ -409,44 +505,30 @@ class _Classifier:
 def _instrumented_by(source: Source, index: _Index) -> Optional[str]:
     if INSTRUMENTED_MARKER in source.text:
         return "autoitt"
-    for node in ast.walk(source.tree):
-        if isinstance(node, ast.Call):
-            resolved = index.imports.resolve(node.func) or ""
-            head, _, tail = resolved.rpartition(".")
-            if tail in ("task_begin", "resume", "domain_create") and (
-                head.startswith("ittapi") or head == "itt"
-            ):
-                return f"hand ({dotted(node.func)}() at line {node.lineno})"
+    for node in index.all_calls:
+        resolved = index.imports.resolve(node.func) or ""
+        head, _, tail = resolved.rpartition(".")
+        if tail in ("task_begin", "resume", "domain_create") and (head.startswith("ittapi") or head == "itt"):
+            return f"hand ({dotted(node.func)}() at line {node.lineno})"
     return None
+
+
+_TORCH_PROFILERS = frozenset((
+    "torch.profiler.profile",
+    "torch.autograd.profiler.profile",
+    "torch.autograd.profiler.emit_itt",
+    "torch.autograd.profiler.emit_nvtx",
+    "torch.autograd.profiler_legacy.profile",
+))
 
 
 def _torch_profiler(index: _Index) -> Optional[Note]:
-    for node in ast.walk(index.tree):
-        if isinstance(node, ast.Call):
-            resolved = index.imports.resolve(node.func) or ""
-            if resolved in (
-                "torch.profiler.profile",
-                "torch.autograd.profiler.profile",
-                "torch.autograd.profiler.emit_itt",
-                "torch.autograd.profiler.emit_nvtx",
-                "torch.autograd.profiler_legacy.profile",
-            ):
-                return Note(node.lineno, f"the script already runs {resolved}() (line {node.lineno}); not nesting emit_itt() inside it")
+    for node in index.all_calls:
+        resolved = index.imports.resolve(node.func) or ""
+        if resolved in _TORCH_PROFILERS:
+            return Note(node.lineno, f"the script already runs {resolved}() (line {node.lineno}); "
+                                     "not nesting emit_itt() inside it")
     return None
-
-
-def _names_in_use(tree: ast.Module) -> frozenset:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-    return frozenset(names)
 
 
 def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> Detection:
@@ -486,7 +568,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
             compiled_with_loops.setdefault(id(site.function.node), (site.function, site.node.lineno))
     if compiled_with_loops:
         for stmt_site in _statement_sites(index):
-            for call in iter_calls([stmt_site.node], enter_loops=True):
+            for call in index.block_calls([stmt_site.node], enter_loops=True):
                 callee = index.resolve(call, stmt_site.function)
                 if callee is not None and id(callee.node) in compiled_with_loops and not stmt_site.compiled:
                     stmt_site.call, stmt_site.call_label = call, callee.name
@@ -502,7 +584,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
         torch_names=tuple(index.imports.names_bound_to("torch")),
         torch_profiler=_torch_profiler(index),
         already_instrumented=_instrumented_by(source, index),
-        names_in_use=_names_in_use(source.tree),
+        names_in_use=frozenset(index.names),
     )
 
 
@@ -614,9 +696,9 @@ def _functions_run_inside(index: _Index, sites: List[_Site]) -> Set[int]:
             inside.add(id(function.node))
     frontier: List[Tuple[_Function, int]] = []
     for site in sites:
-        if site.call is not None:
-            continue
-        for call in iter_calls([site.node], enter_loops=True):
+        if site.call is not None or any(id(loop) in region_nodes for loop in site.loops):
+            continue  # a call trains inside a library; a nested region's calls are its outer region's
+        for call in index.block_calls([site.node], enter_loops=True):
             callee = index.resolve(call, site.function)
             if callee is not None:
                 frontier.append((callee, CALL_DEPTH))
@@ -625,7 +707,7 @@ def _functions_run_inside(index: _Index, sites: List[_Site]) -> Set[int]:
         if id(function.node) in inside or depth <= 0:
             continue
         inside.add(id(function.node))
-        for call in iter_calls(function.node.body, enter_loops=True):
+        for call in index.function_calls(function, enter_loops=True):
             callee = index.resolve(call, function)
             if callee is not None:
                 frontier.append((callee, depth - 1))

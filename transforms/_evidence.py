@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Set
+from typing import Dict, Iterable, Optional, Set
 
 from ._names import ImportTable, dotted, last_name
 
@@ -91,10 +91,10 @@ def is_optimizer_constructor(resolved: str) -> bool:
     )
 
 
-def collect_bindings(tree: ast.Module, imports: ImportTable, classes: Set[str]) -> Bindings:
-    """One pass over the assignments of the whole script."""
+def collect_bindings(assignments: Iterable[ast.stmt], imports: ImportTable, classes: Set[str]) -> Bindings:
+    """What the script's assignment statements bind to optimizers, train ops and classes."""
     bindings = Bindings()
-    for node in ast.walk(tree):
+    for node in assignments:
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:

@@ -9,7 +9,7 @@ needs to know that ``optim.SGD`` is ``torch.optim.SGD`` or ``tf.function`` is
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterable, Iterator, Optional
 
 
 def dotted(node: ast.AST) -> Optional[str]:
@@ -40,9 +40,10 @@ class ImportTable:
         self._aliases = aliases
 
     @classmethod
-    def from_tree(cls, tree: ast.Module) -> "ImportTable":
+    def from_imports(cls, nodes: Iterable[ast.AST]) -> "ImportTable":
+        """The table for these ``import``/``from ... import`` statements."""
         aliases: Dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -55,6 +56,10 @@ class ImportTable:
                     if alias.name != "*":
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         return cls(aliases)
+
+    @classmethod
+    def from_tree(cls, tree: ast.Module) -> "ImportTable":
+        return cls.from_imports(ast.walk(tree))
 
     def resolve(self, node: ast.AST) -> Optional[str]:
         """The dotted name of ``node`` with its first part replaced by what it imports."""
