@@ -274,6 +274,53 @@ def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
         console.print(f"[dim]{script}:{note.line}: {note.message}[/dim]" if note.line else f"[dim]{note.message}[/dim]")
 
 
+@cli.command(epilog=_EPILOG)
+@click.argument("copy", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write the result here instead of printing it.")
+@click.option("--in-place", is_flag=True, help="Rewrite COPY itself (a backup is kept as COPY.orig).")
+@click.option("--force", is_flag=True, help="Replace an output file (or backup) that is in the way.")
+def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> None:
+    """Remove autoitt's markers from an instrumented COPY, and nothing else.
+
+    The result is the script as it was before `autoitt instrument`, byte for
+    byte (every rewrite is checked to undo this way before it is written).
+    Prints to stdout unless -o or --in-place is given. A copy whose markers
+    were edited by hand is refused (exit 2) rather than half stripped.
+    """
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and --output exclude each other")
+    report = Report()
+
+    def run() -> None:
+        from transforms import SourceError, strip_markers
+
+        from . import files
+
+        original = strip_markers(files.read_script(copy), str(copy))
+        if output is None and not in_place:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(original)
+            sys.stdout.buffer.flush()
+            return
+        target = copy if in_place else output
+        if not in_place and target.exists() and not force:
+            raise SourceError(str(target), "exists; choose another -o or pass --force")
+        if in_place:
+            backup = files.backup_path(copy)
+            if backup.exists() and not force:
+                raise SourceError(str(backup), "backup exists already; move it away or pass --force")
+            files.copy_backup(copy, backup)
+        try:
+            files.atomic_write(target, original, mode_from=copy)
+        except OSError as exc:
+            raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
+        report.changed_file(f"wrote {target}: {copy} without autoitt's markers")
+
+    _run_guarded(report, run)
+    sys.exit(int(report.exit_code))
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

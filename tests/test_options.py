@@ -105,7 +105,7 @@ def test_internal_error_exits_123_and_writes_nothing(tmp_path, monkeypatch):
     def broken(data, plan):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(rewrite_module, "rewrite", broken)
+    monkeypatch.setattr(rewrite_module, "rewrite_module", broken)
     script = tmp_path / "train.py"
     script.write_bytes(TORCH_SCRIPT)
     result = CliRunner().invoke(cli, ["instrument", str(script)])

@@ -13,6 +13,14 @@ from ._errors import RewriteError, SourceError
 from ._parsing import Source, parse_source
 from ._plan import Edit, Plan, Wrap, make_plan
 
+
+def strip_markers(data: bytes, name: str) -> bytes:
+    """The original source of an autoitt copy (see :mod:`transforms._strip`); imports libcst."""
+    from ._strip import strip_markers as strip
+
+    return strip(data, name)
+
+
 __all__ = [
     "INSTRUMENTED_MARKER",
     "MAX_PT_REGIONS",
@@ -33,4 +41,5 @@ __all__ = [
     "instrument_source",
     "make_plan",
     "parse_source",
+    "strip_markers",
 ]

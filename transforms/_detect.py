@@ -121,6 +121,8 @@ class _Site:
     grad_off: Optional[str]
     call: Optional[ast.Call] = None
     call_label: Optional[str] = None
+    #: the loop's body (or the call's statement) sits on its header's line: `for x in y: step(x)`
+    one_line: bool = False
 
     @property
     def compiled(self) -> Optional[str]:
@@ -170,6 +172,7 @@ class _Index:
 
     def __init__(self, source: Source) -> None:
         self.tree = source.tree
+        self.lines = source.lines
         self.imports = ImportTable.from_imports(_import_statements(self.tree.body))
         self.functions: Dict[str, _Function] = {}
         self.function_of_node: Dict[int, _Function] = {}
@@ -198,6 +201,7 @@ class _Index:
         class_qualname: Optional[str],
         loops: Tuple[ast.AST, ...],
         grad_off: Optional[str],
+        one_line: bool = False,
     ) -> None:
         prefix = function.qualname + "." if function else ""
         for stmt in stmts:
@@ -229,15 +233,28 @@ class _Index:
                 for item in stmt.items:
                     inner_grad_off = ev.grad_disabled(item.context_expr, self.imports) or inner_grad_off
             if isinstance(stmt, LOOPS):
-                site = _Site(stmt, ordinal, function, loops, grad_off)
+                site = _Site(stmt, ordinal, function, loops, grad_off, one_line=self._one_line(stmt.body))
                 self.loops.append(site)
                 for outer in loops:
                     self.nested.setdefault(id(outer), []).append(site)
             elif not child_blocks(stmt):
-                self._index_simple(stmt, ordinal, function, loops, grad_off)
+                self._index_simple(stmt, ordinal, function, loops, grad_off, one_line)
             inner_loops = loops + (stmt,) if isinstance(stmt, LOOPS) else loops
             for block in child_blocks(stmt):
-                self._walk(block, function, class_qualname, inner_loops, inner_grad_off)
+                self._walk(block, function, class_qualname, inner_loops, inner_grad_off, self._one_line(block))
+
+    def _one_line(self, block: Sequence[ast.stmt]) -> bool:
+        """True when a block is written on its header's line (``if x: y()``).
+
+        Its first statement is then not the first thing on its line. Such a
+        body cannot take markers without being re-laid out, which ``strip``
+        could not undo byte for byte, so autoitt leaves it alone.
+        """
+        if not block:
+            return False
+        first = block[0]
+        line = self.lines[first.lineno - 1] if first.lineno - 1 < len(self.lines) else ""
+        return bool(line.encode("utf-8")[: first.col_offset].strip())
 
     def _scan(self, stmt: ast.stmt) -> None:
         """Record the calls and names of ``stmt``'s own expressions (once per node)."""
@@ -284,7 +301,7 @@ class _Index:
             cached = self._block_calls[key] = self.block_calls(function.node.body, enter_loops)
         return cached
 
-    def _index_simple(self, stmt, ordinal, function, loops, grad_off) -> None:
+    def _index_simple(self, stmt, ordinal, function, loops, grad_off, one_line) -> None:
         key = function.qualname if function else None
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             switch = ev.mode_switch(stmt.value)
@@ -293,7 +310,7 @@ class _Index:
         for call in self.calls_of.get(id(stmt), ()):
             label = ev.train_call(call, self.imports)
             if label:
-                self.call_sites.append(_Site(stmt, ordinal, function, loops, grad_off, call, label))
+                self.call_sites.append(_Site(stmt, ordinal, function, loops, grad_off, call, label, one_line))
                 break
 
     # -- call resolution ---------------------------------------------------
@@ -549,6 +566,10 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
         if site.compiled:
             notes.append(Note(site.node.lineno, f"{role[0]} loop inside {site.compiled}: compiled code gets no markers; its call site does"))
             continue
+        if site.one_line:
+            notes.append(Note(site.node.lineno, f"{role[0]} loop with its body on the header line: left alone "
+                                                "(put the body on its own line to have it marked)"))
+            continue
         found.append((site, role[0], role[1]))
 
     for site in index.call_sites:
@@ -558,6 +579,10 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
             continue
         if classifier.directive(site.node) == "skip":
             notes.append(Note(site.node.lineno, "skipped: '# autoitt: skip'"))
+            continue
+        if site.one_line:
+            notes.append(Note(site.node.lineno, f"{dotted(site.call.func)}() on its block's header line: left alone "
+                                                "(put it on its own line to have it marked)"))
             continue
         found.append((site, "train-call", f"{dotted(site.call.func)}() trains inside a library"))
 

@@ -74,13 +74,6 @@ class _StatementRewriter(cst.CSTTransformer):
                 if edit is not None:
                     self._check(edit, small)
                     return self._wrap_statement(updated_node, edit.around)
-        elif isinstance(original_node, cst.SimpleStatementSuite):
-            for small in original_node.body:
-                edit = self._edits.get(self._ordinal_of[id(small)])
-                if edit is not None:
-                    self._check(edit, small)
-                    line = cst.SimpleStatementLine(body=updated_node.body)
-                    return self._block([*self._wrap_statements(line, edit.around)], updated_node.trailing_whitespace)
         return updated_node
 
     def _check(self, edit: Edit, node: cst.CSTNode) -> None:
@@ -105,14 +98,8 @@ class _StatementRewriter(cst.CSTTransformer):
             self._parsed[code] = parsed
         return parsed
 
-    def _block(self, body: Sequence[_Statement], header: Optional[cst.TrailingWhitespace] = None,
-               indent: Optional[str] = None, footer: Sequence[cst.EmptyLine] = ()) -> cst.IndentedBlock:
-        return cst.IndentedBlock(
-            body=list(body),
-            header=header if header is not None else cst.TrailingWhitespace(),
-            indent=indent if indent is not None else self._unit_or_none(),
-            footer=list(footer),
-        )
+    def _block(self, body: Sequence[_Statement], indent: Optional[str] = None) -> cst.IndentedBlock:
+        return cst.IndentedBlock(body=list(body), indent=indent if indent is not None else self._unit_or_none())
 
     def _unit_or_none(self) -> Optional[str]:
         unit = self._unit
@@ -145,21 +132,18 @@ class _StatementRewriter(cst.CSTTransformer):
         return self._wrap_statement(loop, edit.around)
 
     def _wrap_body(self, body: cst.BaseSuite, wrap: Wrap) -> cst.IndentedBlock:
-        if isinstance(body, cst.SimpleStatementSuite):
-            statements: List[_Statement] = [cst.SimpleStatementLine(body=body.body)]
-            header, indent, footer = body.trailing_whitespace, None, ()
-        else:
-            assert isinstance(body, cst.IndentedBlock)
-            statements, header, indent, footer = list(body.body), body.header, body.indent, body.footer
-        unit = indent if indent is not None else self._unit_or_none()
+        if not isinstance(body, cst.IndentedBlock):
+            # Detection leaves one-line bodies alone; reaching here is a bug.
+            raise RewriteError("a loop body on its header's line cannot take markers")
+        unit = body.indent if body.indent is not None else self._unit_or_none()
         before = [self._statement(code) for code in wrap.before]
         guarded = cst.Try(
-            body=cst.IndentedBlock(body=statements, indent=unit, footer=footer),
+            body=cst.IndentedBlock(body=list(body.body), indent=unit, footer=body.footer),
             finalbody=cst.Finally(
                 body=cst.IndentedBlock(body=[self._statement(code) for code in wrap.after], indent=unit)
             ),
         )
-        return cst.IndentedBlock(body=[*before, guarded], header=header, indent=unit)
+        return cst.IndentedBlock(body=[*before, guarded], header=body.header, indent=unit)
 
 
 def _leading_block_end(module: cst.Module) -> int:
@@ -185,9 +169,12 @@ def _import_code(module_name: str, obj: Optional[str], asname: Optional[str]) ->
 def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     """The imports (through AddImportsVisitor) and the module-level ITT objects after them.
 
-    AddImportsVisitor only looks at the leading docstring and import block to
-    place new imports; running it on that part alone gives the same placement
-    without resolving scopes over the whole file.
+    AddImportsVisitor decides where imports go and writes them. It only looks
+    at the leading docstring and import block, so it runs on that part alone
+    (no scope resolution over the whole file). Its output is used only for the
+    statements it adds; they are spliced into the original body, because the
+    visitor also re-spaces the statement after the imports, and autoitt never
+    touches a line of the user's outside the markers (``strip`` relies on it).
     """
     split = _leading_block_end(module)
     head = module.with_changes(body=module.body[: split + 1])
@@ -195,35 +182,33 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     for module_name, obj, asname in plan.imports:
         AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
     head = AddImportsVisitor(context).transform_module(head)
-    body = list(head.body) + list(module.body[split + 1 :])
-    # The ITT objects go after the last import autoitt added (AddImportsVisitor
-    # puts them together, plain imports before from-imports).
-    added = {_import_code(*spec) for spec in plan.imports}
+    wanted = {_import_code(*spec) for spec in plan.imports}
     empty = cst.Module([])
-    positions = [
-        i for i, statement in enumerate(body[: split + 1 + len(added)])
-        if empty.code_for_node(statement.with_changes(leading_lines=())).strip() in added
+    added = [
+        (i, statement) for i, statement in enumerate(head.body)
+        if empty.code_for_node(statement.with_changes(leading_lines=())).strip() in wanted
     ]
-    if len(positions) != len(added):
+    if len(added) != len(wanted):
         raise RewriteError("AddImportsVisitor did not add the imports autoitt needs")
-    at = max(positions)
+    at = added[0][0]
     config = module.config_for_parsing
     header = [cst.parse_statement(code + config.default_newline, config=config) for code in plan.header]
     comment = cst.EmptyLine(comment=cst.Comment(plan.header_comment))
     header[0] = header[0].with_changes(leading_lines=[cst.EmptyLine(), comment])
-    # Imports that follow ours keep their place after the ITT objects are made.
-    rest = body[at + 1 :]
-    if rest and not rest[0].leading_lines:
-        rest[0] = rest[0].with_changes(leading_lines=[cst.EmptyLine()])
-    return module.with_changes(body=[*body[: at + 1], *header, *rest])
+    imports = [statement.with_changes(leading_lines=()) for _, statement in added]
+    return module.with_changes(body=[*module.body[:at], *imports, *header, *module.body[at:]])
 
 
-def rewrite(data: bytes, plan: Plan) -> bytes:
-    """The instrumented bytes of ``data`` (same encoding and newlines)."""
+def rewrite_module(data: bytes, plan: Plan) -> cst.Module:
+    """The instrumented tree of ``data``; ``.bytes`` keeps its encoding and newlines."""
     module = cst.parse_module(data)
     rewriter = _StatementRewriter(plan, module)
     updated = module.visit(rewriter)
     if rewriter.applied != len(plan.edits):
         raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
-    updated = _add_header(updated, plan)
-    return updated.bytes
+    return _add_header(updated, plan)
+
+
+def rewrite(data: bytes, plan: Plan) -> bytes:
+    """The instrumented bytes of ``data`` (same encoding and newlines)."""
+    return rewrite_module(data, plan).bytes

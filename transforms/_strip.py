@@ -1,0 +1,166 @@
+"""Taking autoitt's markers out again: the inverse of the rewrite.
+
+A marker is a statement calling the copy's ITT name (``itt.task_begin``,
+``itt.resume`` ...) or PyTorch's ITT range (``torch.profiler.itt.range_push``);
+autoitt wraps code as ``markers; try: [with emit_itt():] code finally: markers``.
+Stripping replaces each such wrapping with the code it wraps, gives back the
+leading comments and blank lines the first marker carried, and drops the
+header (the ittapi import and the ``_autoitt_*`` objects). Since the rewrite
+nests the user's own nodes unchanged, the result is the original source byte
+for byte; every rewrite is checked that way before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Set
+
+import libcst as cst
+import libcst.matchers as m
+
+from ._detect import INSTRUMENTED_MARKER
+from ._errors import RewriteError, SourceError
+from ._plan import DOMAIN_VAR, ITT_MODULE, WINDOW_CLASS, WINDOW_MODULE
+
+_ITT_CALLS = ("resume", "pause", "task_begin", "task_end", "pt_region_begin", "pt_region_end")
+_AUTOITT_PREFIX = "_autoitt_"
+
+
+def _itt_name(module: cst.Module) -> Optional[str]:
+    """The name the copy imported ``ittapi.compat`` under (``itt``), if it is an autoitt copy."""
+    for statement in module.body:
+        if m.matches(statement, m.SimpleStatementLine(body=[m.Import()])):
+            for alias in statement.body[0].names:
+                if (cst.Module([]).code_for_node(alias.name) == ITT_MODULE and alias.asname is not None
+                        and isinstance(alias.asname.name, cst.Name)):
+                    return alias.asname.name.value
+    return None
+
+
+class _MarkerStripper(cst.CSTTransformer):
+    """Unwraps marker wrappings in every statement list, bottom up."""
+
+    def __init__(self, itt: str) -> None:
+        super().__init__()
+        itt_call = m.Call(func=m.Attribute(value=m.Name(itt), attr=m.OneOf(*(m.Name(n) for n in _ITT_CALLS))))
+        torch_range = m.Call(func=m.Attribute(
+            value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("profiler")), attr=m.Name("itt")),
+            attr=m.Name("range_push") | m.Name("range_pop"),
+        ))
+        self._marker = m.SimpleStatementLine(body=[m.Expr(value=itt_call | torch_range)])
+        self._task = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+            func=m.Attribute(value=m.Name(itt), attr=m.Name("task_begin") | m.Name("task_end")),
+            args=[m.Arg(value=m.Name(DOMAIN_VAR)), m.ZeroOrMore()],
+        ))])
+        self._emit_itt = m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(
+            value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("autograd")), attr=m.Name("profiler")),
+            attr=m.Name("emit_itt"),
+        ), args=[]), asname=None)])
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else,
+                                 cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase))
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        body, footer = self._unwrap(updated_node.body)
+        return updated_node.with_changes(body=body, footer=[*footer, *updated_node.footer])
+
+    def leave_Module(self, original_node, updated_node):
+        body, footer = self._unwrap(updated_node.body)
+        return updated_node.with_changes(body=body, footer=[*footer, *updated_node.footer])
+
+    def _is_wrapping_try(self, node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.Try) or node.handlers or node.orelse or node.finalbody is None:
+            return False
+        final = node.finalbody.body.body
+        return bool(final) and all(m.matches(s, self._marker) for s in final) and any(
+            m.matches(s, self._task) for s in final)
+
+    def _unwrap(self, statements: Sequence[cst.BaseStatement]):
+        """Replace ``markers...; try: X finally: markers`` runs by X; returns (body, footer moved up)."""
+        result: List[cst.BaseStatement] = []
+        footer: List[cst.EmptyLine] = []
+        index = 0
+        while index < len(statements):
+            run_end = index
+            while run_end < len(statements) and m.matches(statements[run_end], self._marker):
+                run_end += 1
+            run = statements[index:run_end]
+            if (run and run_end < len(statements) and any(m.matches(s, self._task) for s in run)
+                    and self._is_wrapping_try(statements[run_end])):
+                guarded = statements[run_end]
+                inner = list(guarded.body.body)
+                if len(inner) == 1 and m.matches(inner[0], self._emit_itt):
+                    with_block = inner[0].body
+                    inner = list(with_block.body)
+                leading = [*run[0].leading_lines, *inner[0].leading_lines] if inner else []
+                if inner:
+                    inner[0] = inner[0].with_changes(leading_lines=leading)
+                result.extend(inner)
+                if run_end == len(statements) - 1:
+                    footer = list(guarded.body.footer)
+                index = run_end + 1
+                continue
+            result.append(statements[index])
+            index += 1
+        return result, footer
+
+
+def _is_header(statement: cst.CSTNode, itt: str) -> bool:
+    """The ittapi import, the window import, and the module-level ``_autoitt_*``/window assignments."""
+    if m.matches(statement, m.SimpleStatementLine(body=[m.Import()])):
+        names = [cst.Module([]).code_for_node(a.name) for a in statement.body[0].names]
+        return names == [ITT_MODULE]
+    if m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
+        small = statement.body[0]
+        module = cst.Module([]).code_for_node(small.module) if small.module else ""
+        return module == WINDOW_MODULE and not isinstance(small.names, cst.ImportStar) and [
+            a.name.value for a in small.names] == [WINDOW_CLASS]
+    if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+        target = statement.body[0].targets[0].target.value
+        if target.startswith(_AUTOITT_PREFIX):
+            return True
+        return target == itt and m.matches(statement.body[0].value, m.Call(func=m.Name(WINDOW_CLASS)))
+    return False
+
+
+def strip_module(module: cst.Module) -> cst.Module:
+    """``module`` without autoitt's header and markers.
+
+    Raises :class:`RewriteError` when markers remain afterwards (the copy was
+    edited by hand in a way autoitt cannot undo).
+    """
+    itt = _itt_name(module)
+    if itt is None:
+        raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
+    stripped = module.visit(_MarkerStripper(itt))
+    body = [s for s in stripped.body if not _is_header(s, itt)]
+    return stripped.with_changes(body=body)
+
+
+def _leftover_lines(code: str, itt: str) -> List[int]:
+    return [number for number, line in enumerate(code.splitlines(), start=1)
+            if DOMAIN_VAR in line or line.lstrip().startswith(f"{itt}.")]
+
+
+def strip_markers(data: bytes, name: str) -> bytes:
+    """The original source of an autoitt copy: its markers and header removed.
+
+    Raises :class:`SourceError` when ``data`` is not an autoitt copy, cannot be
+    parsed, or still holds markers after stripping (edited by hand).
+    """
+    from ._parsing import parse_source
+
+    source = parse_source(data, name)
+    if INSTRUMENTED_MARKER not in source.text:
+        raise SourceError(name, "not instrumented by autoitt (no '# autoitt: instrumented' header)")
+    module = cst.parse_module(data)
+    try:
+        stripped = strip_module(module)
+    except RewriteError as exc:
+        raise SourceError(name, str(exc)) from None
+    itt = _itt_name(module) or "itt"
+    leftovers = _leftover_lines(stripped.code, itt)
+    if leftovers:
+        raise SourceError(name, "markers autoitt did not write this way remain after stripping "
+                                "(was the copy edited by hand?)", leftovers[0])
+    return stripped.bytes
