@@ -82,8 +82,8 @@ def test_a_failed_safety_check_writes_nothing_exits_123_and_names_the_loop(tmp_p
 
     real = strip_module.strip_module
 
-    def lossy(module):
-        stripped = real(module)
+    def lossy(module, untouched=frozenset()):
+        stripped = real(module, untouched)
         return stripped.with_changes(body=stripped.body[:-1])  # drops the user's last statement
 
     monkeypatch.setattr(strip_module, "strip_module", lossy)
@@ -99,6 +99,6 @@ def test_a_failed_safety_check_writes_nothing_exits_123_and_names_the_loop(tmp_p
 def test_safety_check_failure_is_a_rewrite_error(monkeypatch):
     import transforms._strip as strip_module
 
-    monkeypatch.setattr(strip_module, "strip_module", lambda module: module)
+    monkeypatch.setattr(strip_module, "strip_module", lambda module, untouched=frozenset(): module)
     with pytest.raises(RewriteError, match="safety check failed"):
         instrument_source(b"for x in y:\n    loss.backward()\n", "t.py")

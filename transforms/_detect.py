@@ -86,6 +86,8 @@ class Detection:
     torch_profiler: Optional[Note]
     already_instrumented: Optional[str]
     names_in_use: frozenset
+    #: compound statement ordinal -> ordinal past its subtree; lets the rewrite skip untouched code
+    spans: Dict[int, int] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -185,6 +187,8 @@ class _Index:
         self.all_calls: List[ast.Call] = []
         self.assignments: List[ast.stmt] = []
         self.names: Set[str] = set()
+        #: compound statement ordinal -> ordinal just past its last nested statement
+        self.spans: Dict[int, int] = {}
         self.ordinal = 0
         self._walk(self.tree.body, None, None, (), None)
         self.bindings = ev.collect_bindings(self.assignments, self.imports, set(self.classes))
@@ -222,11 +226,13 @@ class _Index:
                 if class_qualname:
                     self.classes.setdefault(class_qualname, {})[stmt.name] = info
                 self._walk(stmt.body, info, None, (), None)
+                self.spans[ordinal] = self.ordinal
                 continue
             if isinstance(stmt, ast.ClassDef):
                 qual = f"{class_qualname}.{stmt.name}" if class_qualname else prefix + stmt.name
                 self.classes.setdefault(qual, {})
                 self._walk(stmt.body, function, qual, loops, grad_off)
+                self.spans[ordinal] = self.ordinal
                 continue
             inner_grad_off = grad_off
             if isinstance(stmt, (ast.With, ast.AsyncWith)):
@@ -240,8 +246,11 @@ class _Index:
             elif not child_blocks(stmt):
                 self._index_simple(stmt, ordinal, function, loops, grad_off, one_line)
             inner_loops = loops + (stmt,) if isinstance(stmt, LOOPS) else loops
-            for block in child_blocks(stmt):
+            blocks = child_blocks(stmt)
+            for block in blocks:
                 self._walk(block, function, class_qualname, inner_loops, inner_grad_off, self._one_line(block))
+            if blocks:
+                self.spans[ordinal] = self.ordinal
 
     def _one_line(self, block: Sequence[ast.stmt]) -> bool:
         """True when a block is written on its header's line (``if x: y()``).
@@ -610,6 +619,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
         torch_profiler=_torch_profiler(index),
         already_instrumented=_instrumented_by(source, index),
         names_in_use=frozenset(index.names),
+        spans=index.spans,
     )
 
 

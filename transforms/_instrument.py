@@ -49,32 +49,37 @@ def instrument_source(data: bytes, name: str, mode: Mode = Mode(), stem: Optiona
     if plan.empty:
         return Result(source, detection, plan, Outcome.NOTHING_TO_DO, None)
     from ._rewrite import rewrite_module  # libcst is only imported when there is something to insert
-    from ._strip import strip_module
 
-    module = rewrite_module(data, plan)
-    output = module.bytes
-    _check_safety(data, output, strip_module(module).bytes, name, plan)
+    rewritten = rewrite_module(data, plan)
+    output = rewritten.instrumented.bytes
+    _check_safety(rewritten, output, name, plan)
     return Result(source, detection, plan, Outcome.INSTRUMENTED, output)
 
 
-def _check_safety(original: bytes, output: bytes, stripped: bytes, name: str, plan: Plan) -> None:
+def _check_safety(rewritten, output: bytes, name: str, plan: Plan) -> None:
     """The copy compiles, and removing exactly the markers gives back the original byte for byte.
 
-    Like black's ``--safe``; there is no way to turn it off. A failure is an
-    autoitt bug: nothing is written and the loop concerned is named.
+    Like black's ``--safe``; there is no way to turn it off. The stripped copy
+    must be the same tree as the parsed original, which libcst turns back into
+    the original bytes. A failure is an autoitt bug: nothing is written and
+    the loop concerned is named.
     """
+    from ._strip import same_tree, strip_module
+
     try:
         compile(output, name, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise RewriteError(f"{name}: the instrumented copy does not compile: {exc.msg} "
                            f"(line {exc.lineno} of the copy)") from None
-    if stripped != original:
-        before, after = original.splitlines(), stripped.splitlines()
-        line = next((i for i, (a, b) in enumerate(zip(before, after), start=1) if a != b),
-                    min(len(before), len(after)) + 1)
-        region = next((r for r in plan.regions if r.line <= line <= r.end_line), None) or next(
-            (r for r in plan.regions if r.line >= line), None)
-        where = f"the {region.role} {'call' if region.kind == 'call' else 'loop'} at line {region.line}" \
-            if region else f"line {line}"
-        raise RewriteError(f"{name}: safety check failed: removing the markers does not give back the "
-                           f"original around {where}; nothing was written")
+    stripped = strip_module(rewritten.instrumented, rewritten.untouched)
+    if same_tree(stripped, rewritten.original):
+        return
+    before, after = rewritten.original.code.splitlines(), stripped.code.splitlines()
+    line = next((i for i, (a, b) in enumerate(zip(before, after), start=1) if a != b),
+                min(len(before), len(after)) + 1)
+    region = next((r for r in plan.regions if r.line <= line <= r.end_line), None) or next(
+        (r for r in plan.regions if r.line >= line), None)
+    where = f"the {region.role} {'call' if region.kind == 'call' else 'loop'} at line {region.line}" \
+        if region else f"line {line}"
+    raise RewriteError(f"{name}: safety check failed: removing the markers does not give back the "
+                       f"original around {where}; nothing was written")

@@ -9,8 +9,8 @@ inserted, and keeps the rewriter free of policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import List, Mapping, Optional, Tuple
 
 from ._detect import INSTRUMENTED_MARKER, Detection, Note, Region
 from ._mode import MAX_PT_REGIONS, Mode
@@ -55,6 +55,8 @@ class Plan:
     header: Tuple[str, ...]
     header_comment: str
     notes: Tuple[Note, ...]
+    #: compound statement ordinal -> ordinal past its subtree (from detection)
+    spans: Mapping[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def empty(self) -> bool:
@@ -150,4 +152,5 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
     for label, var in pt_vars.items():
         header.append(f"{var} = {call('pt_region_create', _quote(label))}")
     comment = f"{INSTRUMENTED_MARKER} copy of {source_name}; the markers are the lines using {itt} and _autoitt_*"
-    return Plan(source_name, regions, tuple(edits), tuple(imports), tuple(header), comment, tuple(notes))
+    return Plan(source_name, regions, tuple(edits), tuple(imports), tuple(header), comment, tuple(notes),
+                detection.spans)

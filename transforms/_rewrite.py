@@ -10,7 +10,9 @@ a CRLF file stays CRLF and a two-space file stays two-space.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Union
+import bisect
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -42,6 +44,10 @@ class _StatementRewriter(cst.CSTTransformer):
     def __init__(self, plan: Plan, module: cst.Module) -> None:
         super().__init__()
         self._edits: Dict[int, Edit] = {edit.ordinal: edit for edit in plan.edits}
+        self._edit_ordinals = sorted(self._edits)
+        self._spans = plan.spans
+        #: ids of original subtrees left as they were (the safety check need not look inside)
+        self.untouched: Set[int] = set()
         self._config = module.config_for_parsing
         self._default_indent = module.default_indent
         self._next_ordinal = 0
@@ -54,8 +60,15 @@ class _StatementRewriter(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-            self._ordinal_of[id(node)] = self._next_ordinal
+            ordinal = self._next_ordinal
+            self._ordinal_of[id(node)] = ordinal
             self._next_ordinal += 1
+            end = self._spans.get(ordinal)
+            if end is not None and not self._edit_within(ordinal, end):
+                # Nothing to change in this subtree: skip it whole, counting its statements.
+                self._next_ordinal = end
+                self.untouched.add(id(node))
+                return False
         if isinstance(node, cst.IndentedBlock):
             self._indents.append(node.indent if node.indent is not None else self._default_indent)
         return isinstance(node, _DESCEND)
@@ -75,6 +88,10 @@ class _StatementRewriter(cst.CSTTransformer):
                     self._check(edit, small)
                     return self._wrap_statement(updated_node, edit.around)
         return updated_node
+
+    def _edit_within(self, start: int, end: int) -> bool:
+        at = bisect.bisect_left(self._edit_ordinals, start)
+        return at < len(self._edit_ordinals) and self._edit_ordinals[at] < end
 
     def _check(self, edit: Edit, node: cst.CSTNode) -> None:
         expected = {"for": cst.For, "while": cst.While}.get(edit.kind, cst.BaseSmallStatement)
@@ -199,16 +216,25 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     return module.with_changes(body=[*module.body[:at], *imports, *header, *module.body[at:]])
 
 
-def rewrite_module(data: bytes, plan: Plan) -> cst.Module:
-    """The instrumented tree of ``data``; ``.bytes`` keeps its encoding and newlines."""
+@dataclass(frozen=True)
+class Rewritten:
+    """The parsed original, the instrumented tree, and the original subtrees it shares unchanged."""
+
+    original: cst.Module
+    instrumented: cst.Module
+    untouched: FrozenSet[int]
+
+
+def rewrite_module(data: bytes, plan: Plan) -> Rewritten:
+    """Parse ``data`` and apply ``plan``; ``instrumented.bytes`` keeps the encoding and newlines."""
     module = cst.parse_module(data)
     rewriter = _StatementRewriter(plan, module)
     updated = module.visit(rewriter)
     if rewriter.applied != len(plan.edits):
         raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
-    return _add_header(updated, plan)
+    return Rewritten(module, _add_header(updated, plan), frozenset(rewriter.untouched))
 
 
 def rewrite(data: bytes, plan: Plan) -> bytes:
     """The instrumented bytes of ``data`` (same encoding and newlines)."""
-    return rewrite_module(data, plan).bytes
+    return rewrite_module(data, plan).instrumented.bytes

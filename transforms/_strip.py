@@ -12,7 +12,8 @@ for byte; every rewrite is checked that way before anything is written.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Set
+import dataclasses
+from typing import AbstractSet, List, Optional, Sequence
 
 import libcst as cst
 import libcst.matchers as m
@@ -39,8 +40,9 @@ def _itt_name(module: cst.Module) -> Optional[str]:
 class _MarkerStripper(cst.CSTTransformer):
     """Unwraps marker wrappings in every statement list, bottom up."""
 
-    def __init__(self, itt: str) -> None:
+    def __init__(self, itt: str, untouched: AbstractSet[int] = frozenset()) -> None:
         super().__init__()
+        self._untouched = untouched
         itt_call = m.Call(func=m.Attribute(value=m.Name(itt), attr=m.OneOf(*(m.Name(n) for n in _ITT_CALLS))))
         torch_range = m.Call(func=m.Attribute(
             value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("profiler")), attr=m.Name("itt")),
@@ -57,22 +59,35 @@ class _MarkerStripper(cst.CSTTransformer):
         ), args=[]), asname=None)])
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self._untouched:
+            return False
         return isinstance(node, (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else,
                                  cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase))
 
     def leave_IndentedBlock(self, original_node, updated_node):
-        body, footer = self._unwrap(updated_node.body)
-        return updated_node.with_changes(body=body, footer=[*footer, *updated_node.footer])
+        return self._unwrap_in(updated_node)
 
     def leave_Module(self, original_node, updated_node):
-        body, footer = self._unwrap(updated_node.body)
-        return updated_node.with_changes(body=body, footer=[*footer, *updated_node.footer])
+        return self._unwrap_in(updated_node)
+
+    def _unwrap_in(self, node):
+        # Every wrapping holds a try statement: most blocks are done with one cheap look.
+        if not any(isinstance(statement, cst.Try) for statement in node.body):
+            return node
+        body, footer = self._unwrap(node.body)
+        return node.with_changes(body=body, footer=[*footer, *node.footer])
+
+    def _is_marker(self, statement: cst.CSTNode) -> bool:
+        # isinstance first: the matcher only runs on one-call expression statements
+        return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)
+                and m.matches(statement, self._marker))
 
     def _is_wrapping_try(self, node: cst.CSTNode) -> bool:
         if not isinstance(node, cst.Try) or node.handlers or node.orelse or node.finalbody is None:
             return False
         final = node.finalbody.body.body
-        return bool(final) and all(m.matches(s, self._marker) for s in final) and any(
+        return bool(final) and all(self._is_marker(s) for s in final) and any(
             m.matches(s, self._task) for s in final)
 
     def _unwrap(self, statements: Sequence[cst.BaseStatement]):
@@ -82,7 +97,7 @@ class _MarkerStripper(cst.CSTTransformer):
         index = 0
         while index < len(statements):
             run_end = index
-            while run_end < len(statements) and m.matches(statements[run_end], self._marker):
+            while run_end < len(statements) and self._is_marker(statements[run_end]):
                 run_end += 1
             run = statements[index:run_end]
             if (run and run_end < len(statements) and any(m.matches(s, self._task) for s in run)
@@ -123,18 +138,37 @@ def _is_header(statement: cst.CSTNode, itt: str) -> bool:
     return False
 
 
-def strip_module(module: cst.Module) -> cst.Module:
+def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) -> cst.Module:
     """``module`` without autoitt's header and markers.
 
-    Raises :class:`RewriteError` when markers remain afterwards (the copy was
-    edited by hand in a way autoitt cannot undo).
+    ``untouched``: ids of subtrees known to hold no markers (the rewrite's own
+    list), which need not be visited.
     """
     itt = _itt_name(module)
     if itt is None:
         raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
-    stripped = module.visit(_MarkerStripper(itt))
+    stripped = module.visit(_MarkerStripper(itt, untouched))
     body = [s for s in stripped.body if not _is_header(s, itt)]
     return stripped.with_changes(body=body)
+
+
+def same_tree(a: object, b: object) -> bool:
+    """Structural equality of two libcst trees, short-cut where they share a subtree.
+
+    Equal trees generate equal code, so a stripped copy that is the same tree
+    as the parsed original is the original byte for byte; shared subtrees (the
+    code the rewrite never touched) cost nothing to compare.
+    """
+    if a is b:
+        return True
+    if isinstance(a, (list, tuple)):
+        # the parser builds tuples, with_changes calls here pass lists: same sequence to codegen
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, cst.CSTNode):
+        return all(same_tree(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return a == b
 
 
 def _leftover_lines(code: str, itt: str) -> List[int]:
