@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine (Python 3.9+ with venv):
-#   make demo   instrument the PyTorch sample and run the instrumented copy
+#   make demo   profile the PyTorch sample (instrument, run with the built-in ITT collector, summarize)
 #   make test   run the whole test suite
 # Both create .venv and install autoitt with its test extra on first use.
 
@@ -17,9 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/autoitt loops samples/torch_train.py
-	$(VENV)/bin/autoitt instrument samples/torch_train.py
-	$(PY) samples/torch_train_itt.py
+	$(VENV)/bin/autoitt profile --backend builtin samples/torch_train.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
@@ -27,6 +25,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_startup.py
+	$(PY) benchmarks/bench_collector.py
+	$(PY) benchmarks/bench_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache autoitt-results samples/*_itt.py

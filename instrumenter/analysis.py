@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from .vtune_backend import VTuneSummary
 
 #: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
 TORCH_DOMAIN = "PyTorch"
@@ -72,6 +75,8 @@ class Summary:
     operators: List[TaskStats]
     unfinished: int
     warnings: List[str]
+    #: The VTune backend's results (its reports, per analysis); None with the built-in backend.
+    vtune: Optional["VTuneSummary"] = None
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -321,6 +321,58 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
     sys.exit(int(report.exit_code))
 
 
+def _parse_analyses(ctx: click.Context, param: click.Parameter, value: Optional[str]):
+    from .vtune_cli import ANALYSES, parse_analyses
+
+    try:
+        return parse_analyses(value) if value is not None else tuple(ANALYSES)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _parse_shell_words(ctx: click.Context, param: click.Parameter, values: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Each value split as a shell would: `--launcher "mpirun -n 4"`, `--vtune-arg "-knob sampling-interval=5"`."""
+    from .vtune_cli import split_args
+
+    try:
+        words = split_args(values)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}: {' '.join(values)!r}") from None
+    if values and not words:
+        raise click.BadParameter("is empty")
+    return words
+
+
+#: The VTune backend's options: (parameter name, flag), to name those given with the built-in backend.
+_VTUNE_FLAGS = (("analysis", "--analysis"), ("vtune_args", "--vtune-arg"), ("sampling_mode", "--sampling-mode"),
+                ("data_limit", "--data-limit"), ("launcher", "--launcher"))
+
+
+def _vtune_options(command):
+    """The options of the VTune backend (``autoitt profile``); ignored, with a note, by the built-in one."""
+    from .vtune_cli import DEFAULT_DATA_LIMIT_MB, SAMPLING_MODES
+
+    for option in reversed([
+        click.option("--analysis", metavar="LIST", callback=_parse_analyses,
+                     help="VTune analyses to run, in this order: hotspots,uarch (uarch = uarch-exploration with "
+                          "memory bandwidth). Default: both."),
+        click.option("--sampling-mode", type=click.Choice(SAMPLING_MODES), default="sw", show_default=True,
+                     help="Hotspots sampling: sw (user-mode, no driver needed) or hw (hardware event-based)."),
+        click.option("--data-limit", type=click.IntRange(min=0), default=DEFAULT_DATA_LIMIT_MB, show_default=True,
+                     metavar="MB", help="VTune's -data-limit; 0 is unlimited (a limit stops collection early, "
+                                        "so the profile would cover the first steps only)."),
+        click.option("--vtune-arg", "vtune_args", multiple=True, metavar="ARGS", callback=_parse_shell_words,
+                     help="Extra options for every `vtune -collect`, split as a shell would "
+                          "(--vtune-arg '-knob sampling-interval=5'); repeatable."),
+        click.option("--launcher", metavar="CMD", callback=lambda ctx, param, value: _parse_shell_words(
+                         ctx, param, () if value is None else (value,)),
+                     help='Run VTune inside this launcher, e.g. "mpirun -n 4" (one vtune per rank; every '
+                          "per-rank result folder is read back)."),
+    ]):
+        command = option(command)
+    return command
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -331,9 +383,11 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
 @_mode_options
+@_vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
-            labels: Tuple[Tuple[int, str], ...]) -> None:
+            labels: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...], sampling_mode: str, data_limit: int,
+            vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
     """Instrument SCRIPT into a result folder, run it, and show where training time goes.
 
     autoitt's options go before SCRIPT; everything after SCRIPT goes to the
@@ -347,8 +401,26 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     via emit_itt, oneDNN primitives inside TensorFlow) and writes, in the
     result folder: the copy, instrument.diff, loops.json, trace.json (open in
     ui.perfetto.dev), summary.json and steps.svg.
+
+    With the VTune backend, VTune runs the copy twice, through the same
+    launcher: hotspots (-start-paused, so only training is collected), then
+    uarch-exploration; each is read back with `vtune -report` (CSV files kept
+    in csv/) into a summary of CPU time per ITT task, top functions (lines of
+    the original script) and top-down metrics per task. Results go to
+    hotspots/ and uarch/ in the result folder (open with vtune-gui). If an
+    analysis fails, VTune's error lines are shown, the others are still
+    reported, and autoitt exits 2.
     """
+    from click.core import ParameterSource
+
+    from .vtune_cli import VTuneOptions
+
     mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
+    vtune = VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
+                         extra_args=vtune_args, launcher=launcher)
+    context = click.get_current_context()
+    vtune_given = [flag for name, flag in _VTUNE_FLAGS
+                   if context.get_parameter_source(name) is ParameterSource.COMMANDLINE]
     report = Report(quiet=as_json)
     outcome = {}
 
@@ -356,7 +428,8 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
         from .profiling import analyse, profile as run_profile
         from .summary import console_for_stdout, render
 
-        folder, info = run_profile(script, args, mode, result_dir, backend, report.note, stdout_to_stderr=as_json)
+        folder, info = run_profile(script, args, mode, result_dir, backend, report.note, stdout_to_stderr=as_json,
+                                   vtune_options=vtune, vtune_flags_given=vtune_given)
         summary = analyse(folder, info)
         if as_json:
             click.echo(json.dumps(summary.to_json(), indent=2))
@@ -366,6 +439,9 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
         outcome["exit"] = info.exit_code
         if info.exit_code:
             report.input_error(f"{script} exited with code {info.exit_code} (results so far are in {folder}/)")
+        elif summary.vtune is not None and summary.vtune.failed:
+            report.input_error(f"VTune could not complete: {', '.join(summary.vtune.failed)} (see above); "
+                               f"what did complete is in {folder}/")
 
     _run_guarded(report, run)
     code = outcome.get("exit")

@@ -7,6 +7,11 @@ relative to the script resolve exactly as they would for ORIGINAL. Tracebacks
 name COPY's lines (the code that really ran). The exit code is the script's:
 an uncaught exception exits 1 with its traceback, ``sys.exit(n)`` exits n.
 
+When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes that exit code to
+``$AUTOITT_EXIT_DIR/<pid>``: a profiler that runs the script (VTune) returns
+its own exit code, and this file is how autoitt tells a failing script from a
+failing profiler, per process (one file per MPI rank).
+
 Stdlib only: this module runs inside the user's training process.
 """
 
@@ -33,10 +38,41 @@ def run(copy: str, original: str, args: list) -> None:
     exec(code, main.__dict__)
 
 
+EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
+
+
+def _exit_status(code) -> int:
+    """The status the process will exit with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    return code % 256 if isinstance(code, int) else 1
+
+
 def main() -> None:
     if len(sys.argv) < 3:
         sys.exit("usage: python -m instrumenter.launch COPY ORIGINAL [ARGS...]")
-    run(sys.argv[1], sys.argv[2], sys.argv[3:])
+    # Popped, so the script's environment (and its children's) is as without autoitt.
+    exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
+    if not exit_dir:
+        run(sys.argv[1], sys.argv[2], sys.argv[3:])
+        return
+    status = 1  # an uncaught exception
+    try:
+        run(sys.argv[1], sys.argv[2], sys.argv[3:])
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+        raise
+    except KeyboardInterrupt:
+        status = 130  # what a shell reports for a run stopped by SIGINT
+        raise
+    finally:
+        try:
+            os.makedirs(exit_dir, exist_ok=True)
+            with open(os.path.join(exit_dir, str(os.getpid())), "w") as handle:
+                handle.write(f"{status}\n")
+        except OSError:
+            pass  # never turn the script's own outcome into a launcher error
 
 
 if __name__ == "__main__":

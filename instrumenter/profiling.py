@@ -119,8 +119,13 @@ def run_builtin(command: List[str], trace_dir: Path, start_paused: bool,
 
 
 def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[Path], backend: str,
-            say, stdout_to_stderr: bool = False) -> Tuple[Path, RunInfo]:
-    """Prepare, run and record one profile; returns the folder and the run's info."""
+            say, stdout_to_stderr: bool = False, vtune_options=None,
+            vtune_flags_given: Sequence[str] = ()) -> Tuple[Path, RunInfo]:
+    """Prepare, run and record one profile; returns the folder and the run's info.
+
+    ``vtune_options`` (a :class:`~instrumenter.vtune_cli.VTuneOptions`) apply to the VTune backend only;
+    ``vtune_flags_given`` names those the user typed, to say they are ignored by the built-in one.
+    """
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
     folder = new_result_dir(script, result_dir)
@@ -135,7 +140,20 @@ def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[
                    start_paused=prepared.start_paused, notes=prepared.notes)
     info.save(folder)
     if chosen == "vtune":
-        raise SourceError("vtune", "the VTune backend is not available in this version; use --backend builtin")
+        from . import vtune_backend
+        from .vtune_cli import VTuneConfig, VTuneOptions
+
+        config = VTuneConfig(vtune=str(find_vtune()), target=tuple(command), copy=prepared.copy, script=script,
+                             results=folder, start_paused=prepared.start_paused,
+                             options=vtune_options or VTuneOptions())
+        started = time.perf_counter()
+        runs = vtune_backend.run(config, folder, say, stdout_to_stderr)
+        info.elapsed_s = time.perf_counter() - started
+        info.exit_code = vtune_backend.script_exit_code(runs)
+        info.save(folder)
+        return folder, info
+    if vtune_flags_given:
+        say(f"{', '.join(vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
     say(f"running {script} ({prepared.copy.name}) with the built-in collector; results in {folder}/")
     info.exit_code, info.elapsed_s = run_builtin(command, folder / TRACE_SUBDIR, prepared.start_paused,
                                                  stdout_to_stderr)
@@ -144,7 +162,14 @@ def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[
 
 
 def analyse(folder: Path, info: RunInfo):
-    """Read the recorded files and write trace.json, summary.json and steps.svg; returns the Summary."""
+    """Read the recorded files and write trace.json, summary.json and steps.svg; returns the Summary.
+
+    For the VTune backend: read its saved reports and write summary.json.
+    """
+    if info.backend == "vtune":
+        from . import vtune_backend
+
+        return vtune_backend.analyse(folder, info)
     from . import chrome_trace
     from .analysis import intervals, summarize
     from .plot import step_time_svg
