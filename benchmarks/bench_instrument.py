@@ -11,11 +11,11 @@ one process, best of ``--repeat`` runs after one warm-up:
   (d) no loops   a same-sized file without loops through ``instrument_source``
                  (the pre-check: no libcst parse when nothing is to be inserted)
 
-and breaks (b) into its stages, replicated from ``transforms._instrument`` and
-``transforms._rewrite``; then the same (b)/(a) on each ``samples/*.py`` (real
-scripts of about 100 lines). The target is (b)/(a) <= 2.0. Only ratios against
-the baseline measured in the same process mean anything; nothing here asserts
-on absolute times.
+and breaks (b) into its stages, replicated from ``transforms._instrument``,
+``transforms._rewrite`` and ``transforms._strip``; then the same (b)/(a) on
+each ``samples/*.py`` (real scripts of about 100 lines). The target is
+(b)/(a) <= 2.0. Only ratios against the baseline measured in the same process
+mean anything; nothing here asserts on absolute times.
 
 Usage:  .venv/bin/python benchmarks/bench_instrument.py [--lines N] [--repeat R] [--write PATH] [--no-samples]
 """
@@ -572,14 +572,25 @@ BASELINE_STAGE = "(a) libcst round trip, same rounds"
 
 
 def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
-    """Best time of each stage of ``instrument_source`` -> ``_rewrite.rewrite``, run in order.
+    """Best time of each stage of ``instrument_source``, run in order.
 
-    Mirrors ``transforms._instrument.instrument_source`` and
-    ``transforms._rewrite.rewrite`` step by step (same calls, same order, the
-    same objects alive), plus a baseline round trip in every round.
+    Mirrors ``transforms._instrument.instrument_source`` step by step (same
+    calls, same order, the same objects alive): ``parse_source``, ``detect``,
+    ``make_plan``; ``_rewrite.rewrite_module`` split into its libcst parse,
+    ``_StatementRewriter`` visit and ``_add_header``; the copy's ``.bytes``;
+    then the safety check: compile() of the copy, ``_strip.strip_module`` and
+    the comparison with the original. Two generations of that check are
+    known: comparing trees (``_strip.same_tree``, with ``rewrite_module``
+    returning a ``Rewritten``) or comparing the stripped tree's ``.bytes``
+    with the input. Plus a baseline round trip in every round. When
+    ``instrument_source`` changes its steps, update this function.
     """
+    from transforms import _strip
+
+    tree_check = hasattr(_rewrite, "Rewritten") and hasattr(_strip, "same_tree")
     mode = Mode()
     stem = NAME.rsplit(".", 1)[0]
+    script = NAME.rsplit("/", 1)[-1]
     stages: Dict[str, List[float]] = {}
 
     def timed(label: str, function: Callable[[], object]):
@@ -594,20 +605,38 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         gc.collect()
         source = timed("ast.parse (parse_source)", lambda: parse_source(data, NAME))
         detection = timed("detect", lambda: detect(source, mode.label_overrides))
-        plan = timed("make_plan", lambda: make_plan(detection, mode, NAME, stem))
+        plan = timed("make_plan", lambda: make_plan(detection, mode, script, stem))
         module = timed("libcst parse_module", lambda: cst.parse_module(data))
         rewriter = _rewrite._StatementRewriter(plan, module)
         updated = timed("_StatementRewriter visit", lambda: module.visit(rewriter))
-        assert rewriter.applied == len(plan.edits), (rewriter.applied, len(plan.edits))
+        if rewriter.applied != len(plan.edits):
+            raise AssertionError(f"applied {rewriter.applied} of {len(plan.edits)} edits: stage_breakdown is out of date")
         updated = timed("_add_header", lambda: _rewrite._add_header(updated, plan))
-        output = timed("codegen (.bytes)", lambda: updated.bytes)
-        timed("compile() check", lambda: compile(output, NAME, "exec", dont_inherit=True))
+        untouched = frozenset(getattr(rewriter, "untouched", ()))
+        del rewriter
+        freed = 0.0
+        if not tree_check:
+            start = time.perf_counter()
+            del module  # rewrite_module returned only the new tree
+            freed += time.perf_counter() - start
+        output = timed("codegen of the copy (.bytes)", lambda: updated.bytes)
+        timed("safety: compile() of the copy", lambda: compile(output, NAME, "exec", dont_inherit=True))
+        if tree_check:
+            stripped = timed("safety: strip_module", lambda: _strip.strip_module(updated, untouched))
+            same = timed("safety: same_tree(stripped, original)", lambda: _strip.same_tree(stripped, module))
+            del module
+        else:
+            stripped = timed("safety: strip_module", lambda: _strip.strip_module(updated))
+            same = timed("safety: stripped .bytes == input", lambda: stripped.bytes == data)
+        if not same:
+            raise AssertionError("the stripped copy differs from the original: stage_breakdown is out of date")
         # instrument_source frees both trees before it returns (the ast one once
         # its Result is dropped); freeing them here also keeps the next run's heap
         # (and so its GC work) the same as instrument_source sees.
         start = time.perf_counter()
-        del source, detection, plan, module, rewriter, updated, output
-        stages.setdefault("free the trees", []).append(time.perf_counter() - start)
+        del source, detection, plan, updated, output, stripped
+        freed += time.perf_counter() - start
+        stages.setdefault("free the trees", []).append(freed)
         if run == 0:
             stages.clear()
     return {label: min(times) for label, times in stages.items()}

@@ -330,10 +330,10 @@ def run_stress(
                 advance()
         else:
             pending = {task[1] for task in tasks}
-            # Import autoitt (and libcst) once, before the workers fork: every
-            # worker then runs the same code, and none pays the import again.
-            importlib.import_module("transforms")
-            importlib.import_module("libcst")
+            # Import and warm up autoitt (and libcst) once, before the workers
+            # fork: every worker then runs the same code, and none pays the
+            # imports again (seconds, which would land on its first file).
+            _warm_up()
             context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
             pool = context.Pool(jobs, maxtasksperchild=200)
             try:
@@ -355,6 +355,27 @@ def run_stress(
     return summary
 
 
+_WARM_UP = b"""\
+import torch
+
+def train(model, loader, optimizer):
+    for epoch in range(2):
+        for batch in loader:
+            loss = model(batch)
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def _warm_up() -> None:
+    import transforms
+
+    result = transforms.instrument_source(_WARM_UP, "warm_up.py")
+    strip = getattr(transforms, "strip_markers", None)
+    if strip is not None and result.output is not None:
+        strip(result.output, "warm_up_itt.py")
+
+
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -374,10 +395,23 @@ class _progress_bar:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+        console = Console(stderr=True)
+        if not console.is_terminal:
+            # A log (CI): a plain line every 5 %, not a live bar nobody sees.
+            self.enabled = False
+            start, done, step = time.perf_counter(), [0], max(1, self.total // 20)
+
+            def advance() -> None:
+                done[0] += 1
+                if done[0] % step == 0 or done[0] == self.total:
+                    elapsed = time.perf_counter() - start
+                    print(f"{done[0]}/{self.total} files, {elapsed:.0f} s, {done[0] / elapsed:.1f} files/s",
+                          file=sys.stderr, flush=True)
+            return advance
         self.progress = Progress(
             TextColumn("instrumenting"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console,
         )
         self.progress.__enter__()
         task = self.progress.add_task("files", total=self.total)

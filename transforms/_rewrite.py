@@ -53,8 +53,22 @@ class _StatementRewriter(cst.CSTTransformer):
         self._next_ordinal = 0
         self._ordinal_of: Dict[int, int] = {}
         self._indents: List[str] = []
-        self._parsed: Dict[str, cst.SimpleStatementLine] = {}
+        self._parsed = self._parse_markers(plan)
+        self._contexts: Dict[str, cst.BaseExpression] = {}
         self.applied = 0
+
+    def _parse_markers(self, plan: Plan) -> Dict[str, cst.SimpleStatementLine]:
+        """Every distinct marker line, parsed in one go (one parse per line costs far more)."""
+        codes = sorted({code for edit in plan.edits
+                        for wrap in (edit.around, edit.each) if wrap is not None
+                        for code in (*wrap.before, *wrap.after)})
+        if not codes:
+            return {}
+        newline = self._config.default_newline
+        parsed = cst.parse_module(newline.join(codes) + newline, config=self._config)
+        if len(parsed.body) != len(codes):
+            raise RewriteError("marker lines did not parse one statement each")
+        return dict(zip(codes, parsed.body))
 
     # -- traversal -------------------------------------------------------------
 
@@ -108,11 +122,12 @@ class _StatementRewriter(cst.CSTTransformer):
         return self._indents[-1] if self._indents else self._default_indent
 
     def _statement(self, code: str) -> cst.SimpleStatementLine:
-        parsed = self._parsed.get(code)
+        return self._parsed[code]
+
+    def _context(self, code: str) -> cst.BaseExpression:
+        parsed = self._contexts.get(code)
         if parsed is None:
-            parsed = cst.parse_statement(code + self._config.default_newline, config=self._config)
-            assert isinstance(parsed, cst.SimpleStatementLine)
-            self._parsed[code] = parsed
+            parsed = self._contexts[code] = cst.parse_expression(code, config=self._config)
         return parsed
 
     def _block(self, body: Sequence[_Statement], indent: Optional[str] = None) -> cst.IndentedBlock:
@@ -128,7 +143,7 @@ class _StatementRewriter(cst.CSTTransformer):
         inner: _Statement = statement.with_changes(leading_lines=())
         if wrap.context is not None:
             inner = cst.With(
-                items=[cst.WithItem(cst.parse_expression(wrap.context, config=self._config))],
+                items=[cst.WithItem(self._context(wrap.context))],
                 body=self._block([inner], indent=indent),
             )
         before = [self._statement(code) for code in wrap.before]
