@@ -156,11 +156,14 @@ def task_stats(items: Sequence[Interval], collected: int) -> List[TaskStats]:
     return stats
 
 
-def step_stats(items: Sequence[Interval], step_labels: Iterable[str], domain: Optional[str] = None) -> List[StepStats]:
+def step_stats(items: Sequence[Interval], step_labels: Iterable[str],
+               domains: Optional[Iterable[str]] = None) -> List[StepStats]:
+    """Per step label, on autoitt's own domains (``None``: any domain)."""
+    wanted = None if domains is None else set(domains)
     result = []
     for label in step_labels:
         durations = [i.duration / 1e9 for i in items
-                     if i.name == label and (domain is None or i.domain == domain) and i.finished]
+                     if i.name == label and (wanted is None or i.domain in wanted) and i.finished]
         if not durations:
             continue
         ordered = sorted(durations)
@@ -174,7 +177,7 @@ def step_stats(items: Sequence[Interval], step_labels: Iterable[str], domain: Op
     return result
 
 
-def summarize(traces: Sequence, elapsed_s: float, step_labels: Iterable[str], domain: Optional[str],
+def summarize(traces: Sequence, elapsed_s: float, step_labels: Iterable[str], domains: Optional[Iterable[str]],
               start_paused: bool = True, top: int = 15) -> Summary:
     items, unfinished = intervals(traces)
     collected = collected_ns(traces, start_paused)
@@ -191,7 +194,7 @@ def summarize(traces: Sequence, elapsed_s: float, step_labels: Iterable[str], do
         threads=len({(t.pid, e.tid) for t in traces for e in t.events}),
         events=sum(len(t.events) for t in traces),
         tasks=stats,
-        steps=step_stats(items, step_labels, domain),
+        steps=step_stats(items, step_labels, domains),
         operators=operators,
         unfinished=unfinished,
         warnings=warnings,

@@ -7,6 +7,7 @@ Heavy imports (libcst, rich) happen inside the commands that need them, so
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -90,8 +91,9 @@ def cli() -> None:
 
 @cli.command(epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Where to write the copy. Default: <stem>_itt.py next to SCRIPT.")
+@click.option("-o", "--output", type=click.Path(),
+              help="Where to write the copy. Default: <stem>_itt.py next to SCRIPT. A folder (existing, or "
+                   "ending in /) receives every instrumented file: SCRIPT and the local modules it imports.")
 @click.option("--in-place", is_flag=True,
               help="Rewrite SCRIPT itself (a backup is kept as SCRIPT.orig).")
 @click.option("--force", is_flag=True,
@@ -106,7 +108,7 @@ def cli() -> None:
 @_mode_options
 @click.option("--color/--no-color", default=None, help="Colour the diff. Default: when printing to a terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-def instrument(script: Path, output: Optional[Path], in_place: bool, force: bool, show_diff: bool,
+def instrument(script: Path, output: Optional[str], in_place: bool, force: bool, show_diff: bool,
                diff_style: str, check: bool, domain: Optional[str], no_torch_ops: bool, skip_steps: int,
                steps: Optional[int], pt_regions: bool, labels: Tuple[Tuple[int, str], ...],
                color: Optional[bool], quiet: bool) -> None:
@@ -154,32 +156,79 @@ def _run_guarded(report: Report, action) -> None:
         report.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
 
 
-def _instrument_one(report: Report, script: Path, mode, *, output: Optional[Path], in_place: bool, force: bool,
+def _instrument_one(report: Report, script: Path, mode, *, output: Optional[str], in_place: bool, force: bool,
                     show_diff: bool, diff_style: str, color: Optional[bool], write: bool) -> None:
-    from transforms import Outcome, SourceError, instrument_source
+    from transforms import Outcome, SourceError
 
     from . import files
+    from .project import load_project
 
-    data = files.read_script(script)
-    result = instrument_source(data, str(script), mode, stem=script.stem)
-    for note in result.plan.notes:
-        where = f"{script}:{note.line}: " if note.line else f"{script}: "
-        report.note(where + note.message)
+    project = load_project(script, mode)
+    result = project.entry.result
+    modules = [item for item in project.modules if item.result.outcome is Outcome.INSTRUMENTED]
+    for item in project.files:
+        shown = script if item is project.entry else item.relative
+        for note in item.result.plan.notes:
+            report.note(f"{shown}:{note.line}: {note.message}" if note.line else f"{shown}: {note.message}")
+    for note in project.notes:
+        report.note(note)
     if result.outcome is Outcome.ALREADY_INSTRUMENTED:
         report.unchanged_file(f"{script}: already instrumented by {result.detection.already_instrumented}; nothing to do")
         return
-    if result.outcome is Outcome.NOTHING_TO_DO:
+    if result.outcome is Outcome.NOTHING_TO_DO and not modules:
         report.unchanged_file(f"{script}: no training loops found; nothing written "
                               "(see `autoitt loops` and the '# autoitt: step' comment)")
         return
 
-    target = script if in_place else (output or files.default_output(script))
+    # -o is kept as typed: a trailing slash asks for a folder even before it exists.
+    directory = output is not None and (output.endswith(("/", os.sep)) or Path(output).is_dir())
+    output = Path(output) if output is not None else None
+    written = [item for item in project.instrumented]
+
+    def target_of(item) -> Path:
+        if directory:
+            return output / (script.name if item is project.entry else item.relative)
+        return script if in_place else (output or files.default_output(script))
+
+    def regions_of(item) -> str:
+        return ", ".join(f"{r.role} at line {r.line}" for r in item.result.detection.regions)
+
     if show_diff:
-        _print_diff(result, script, target, diff_style, color)
-    summary = ", ".join(f"{r.role} at line {r.line}" for r in result.detection.regions)
+        for item in written:
+            _print_diff(item.result, item.path, target_of(item) if item is project.entry or directory
+                        else Path(item.relative + " (instrumented)"), diff_style, color)
+    summary = "; ".join(f"{item.relative}: {regions_of(item)}" for item in written) if modules else regions_of(
+        project.entry)
     if not write:
         report.changed_file(f"would instrument {script}: {summary}")
         return
+    if directory:
+        for item in written:
+            target = target_of(item)
+            if files.same_file(target, item.path):
+                raise SourceError(str(target), "is the original file; choose another -o folder")
+            if target.exists() and not force and not files.written_by_autoitt(target):
+                raise SourceError(str(target), "exists and was not written by autoitt; choose another -o or pass --force")
+        for item in written:
+            target = target_of(item)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                files.atomic_write(target, item.result.output, mode_from=item.path)
+            except OSError as exc:
+                raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
+            report.changed_file(f"wrote {target} from {item.path}: {regions_of(item)}")
+        report.note(f"run it with the other modules of {script.parent or '.'} importable, e.g. "
+                    f"PYTHONPATH={script.parent or '.'} python {target_of(project.entry)}; or use `autoitt profile`")
+        return
+    if modules:
+        names = ", ".join(item.relative for item in modules)
+        report.note(f"{script} imports local modules with training loops too ({names}): -o DIR/ writes every "
+                    f"instrumented file, and `autoitt profile {script}` runs them without touching this folder")
+    if result.outcome is Outcome.NOTHING_TO_DO:
+        report.unchanged_file(f"{script}: no training loops in the script itself; nothing written")
+        return
+    target = target_of(project.entry)
+    summary = regions_of(project.entry)
 
     if not in_place and files.same_file(target, script):
         raise SourceError(str(target), "is the script itself; use --in-place to rewrite the script (a backup is kept)")
@@ -229,10 +278,12 @@ def _print_diff(result, script: Path, target: Path, style: str, color: Optional[
 @cli.command(epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True,
-              help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", "reason"}.')
+              help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", '
+                   '"reason", "path"}; path is relative to SCRIPT\'s folder.')
 @_label_option
 def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> None:
-    """List the training regions autoitt finds in SCRIPT, and why.
+    """List the training regions autoitt finds in SCRIPT (and the modules of its
+    own folder it imports), and why.
 
     Roles: epoch (a loop around step loops, or over epochs), step (one
     parameter update per iteration), eval (forward passes without updates),
@@ -245,33 +296,46 @@ def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> N
 
 
 def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
-    from transforms import detect, parse_source
+    from transforms import detect
 
-    from . import files
+    from .project import discover
 
-    source = parse_source(files.read_script(script), str(script))
-    detection = detect(source, dict(labels))
+    local, notes = discover(script)
+    found = []  # (relative path, region)
+    all_notes = []
+    instrumented_by = None
+    for index, item in enumerate(local):
+        detection = detect(item.source, dict(labels) if index == 0 else None)
+        instrumented_by = instrumented_by or (detection.already_instrumented if index == 0 else None)
+        found.extend((item.relative, region) for region in detection.regions)
+        shown = script if index == 0 else item.relative
+        all_notes.extend(f"{shown}:{n.line}: {n.message}" if n.line else f"{shown}: {n.message}"
+                         for n in detection.notes)
+    all_notes.extend(notes)
     if as_json:
-        click.echo(json.dumps([region.to_json() for region in detection.regions], indent=2))
+        click.echo(json.dumps([{**region.to_json(), "path": path} for path, region in found], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
     console = Console(stderr=False, highlight=False)
-    if detection.already_instrumented:
-        console.print(f"{script} is already instrumented by {detection.already_instrumented}.")
-    if not detection.regions:
+    if instrumented_by:
+        console.print(f"{script} is already instrumented by {instrumented_by}.")
+    if not found:
         console.print(f"{script}: no training loops found.")
     else:
-        table = Table(title=f"Training regions in {script}", title_justify="left")
-        for column in ("line", "role", "function", "label", "why"):
+        several = len({path for path, _ in found}) > 1 or len(local) > 1
+        table = Table(title=f"Training regions in {script}" + (" and the local modules it imports" if several else ""),
+                      title_justify="left")
+        for column in (("file",) if several else ()) + ("line", "role", "function", "label", "why"):
             table.add_column(column, overflow="fold")
-        for region in detection.regions:
+        for path, region in found:
             lines = f"{region.line}-{region.end_line}" if region.end_line != region.line else str(region.line)
-            table.add_row(lines, region.role, region.function or "(module)", region.label, region.reason)
+            row = (lines, region.role, region.function or "(module)", region.label, region.reason)
+            table.add_row(*((path,) + row if several else row))
         console.print(table)
-    for note in detection.notes:
-        console.print(f"[dim]{script}:{note.line}: {note.message}[/dim]" if note.line else f"[dim]{note.message}[/dim]")
+    for note in all_notes:
+        console.print(f"[dim]{note}[/dim]")
 
 
 @cli.command(epilog=_EPILOG)

@@ -12,15 +12,65 @@ When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes that exit code to
 its own exit code, and this file is how autoitt tells a failing script from a
 failing profiler, per process (one file per MPI rank).
 
+When ``AUTOITT_MODULES`` names a JSON file mapping module files of the
+user's project to instrumented copies, an import hook runs the copies in
+their place: the module keeps its name, ``__file__`` and package, only its
+code is the copy's. Nothing is written to the user's folder (no bytecode is
+cached for these modules, so a later plain run cannot pick up markers).
+
 Stdlib only: this module runs inside the user's training process.
 """
 
 from __future__ import annotations
 
 import builtins
+import importlib.abc
+import importlib.machinery
+import json
 import os
 import sys
 import types
+
+MODULES_VARIABLE = "AUTOITT_MODULES"
+
+
+class _CopyLoader(importlib.abc.Loader):
+    """Executes an instrumented copy as the module it was made from."""
+
+    def __init__(self, copy: str) -> None:
+        self.copy = copy
+
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module) -> None:
+        with open(self.copy, "rb") as handle:
+            code = compile(handle.read(), self.copy, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+
+
+class _CopyFinder(importlib.abc.MetaPathFinder):
+    """Finds modules as usual, then swaps in the loader of their instrumented copy."""
+
+    def __init__(self, copies: dict) -> None:
+        self.copies = {os.path.realpath(original): copy for original, copy in copies.items()}
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or not spec.origin:
+            return spec
+        copy = self.copies.get(os.path.realpath(spec.origin))
+        if copy is None:
+            return spec
+        spec.loader = _CopyLoader(copy)
+        spec.cached = None
+        spec.has_location = True
+        return spec
+
+
+def install_copies(mapping_file: str) -> None:
+    with open(mapping_file) as handle:
+        sys.meta_path.insert(0, _CopyFinder(json.load(handle)))
 
 
 def run(copy: str, original: str, args: list) -> None:
@@ -53,6 +103,9 @@ def main() -> None:
         sys.exit("usage: python -m instrumenter.launch COPY ORIGINAL [ARGS...]")
     # Popped, so the script's environment (and its children's) is as without autoitt.
     exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
+    mapping = os.environ.pop(MODULES_VARIABLE, None)
+    if mapping:
+        install_copies(mapping)
     if not exit_dir:
         run(sys.argv[1], sys.argv[2], sys.argv[3:])
         return

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -64,33 +64,60 @@ class Prepared:
     step_labels: List[str]
     start_paused: bool
     notes: List[str]
+    #: JSON mapping for the launcher's import hook, when imported modules were instrumented
+    modules: Optional[Path] = None
+    domains: List[str] = field(default_factory=list)
 
 
 def prepare(script: Path, mode: Mode, folder: Path) -> Prepared:
-    """Instrument ``script`` into ``folder`` with the diff and the loops JSON beside it."""
-    from .diff import marker_diff
+    """Instrument ``script`` and the local modules it imports into ``folder``.
 
-    data = files.read_script(script)
-    result = instrument_source(data, str(script), mode, stem=script.stem)
-    notes = [f"{script}:{n.line}: {n.message}" if n.line else f"{script}: {n.message}" for n in result.plan.notes]
-    regions = result.detection.regions
-    (folder / "loops.json").write_text(json.dumps([r.to_json() for r in regions], indent=2) + "\n")
+    Beside the copy: ``instrument.diff`` (every file), ``loops.json`` (with
+    each region's ``path``) and, when imported modules were instrumented,
+    ``modules/`` with their copies and ``modules.json`` for the launcher's
+    import hook (the user's folder is never written to).
+    """
+    from .diff import marker_diff
+    from .project import load_project
+
+    project = load_project(script, mode)
+    result = project.entry.result
+    notes = []
+    for item in project.files:
+        shown = script if item is project.entry else item.relative
+        notes.extend(f"{shown}:{n.line}: {n.message}" if n.line else f"{shown}: {n.message}"
+                     for n in item.result.plan.notes)
+    notes.extend(project.notes)
+    loops = [{**r.to_json(), "path": item.relative} for item in project.files for r in item.result.detection.regions]
+    (folder / "loops.json").write_text(json.dumps(loops, indent=2) + "\n")
     copy = folder / f"{script.stem}_itt.py"
+    diffs = []
+    for item in project.instrumented:
+        target = copy if item is project.entry else folder / "modules" / item.relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        files.atomic_write(target, item.result.output, mode_from=item.path)
+        text, _ = marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
+                              str(item.path), str(target))
+        diffs.append(text)
+    if diffs:
+        (folder / "instrument.diff").write_text("".join(diffs))
+    copies = {str(item.path.resolve()): str((folder / "modules" / item.relative).resolve())
+              for item in project.instrumented if item is not project.entry}
+    if copies:
+        (folder / "modules.json").write_text(json.dumps(copies, indent=2) + "\n")
     if result.outcome is Outcome.INSTRUMENTED:
-        files.atomic_write(copy, result.output, mode_from=script)
-        text, _ = marker_diff(result.source.text, result.output.decode(result.source.encoding),
-                              str(script), str(copy))
-        (folder / "instrument.diff").write_text(text)
         start_paused = True
     else:
-        # Already instrumented (its own resume/pause decide) or nothing to mark
-        # (then collect the whole run, so framework tasks still show).
         shutil.copy2(script, copy)
-        start_paused = result.outcome is Outcome.ALREADY_INSTRUMENTED
-        if result.outcome is Outcome.NOTHING_TO_DO:
+        # Already instrumented (its own resume/pause decide), or a module controls
+        # collection; else nothing to mark: collect the whole run, so framework tasks still show.
+        start_paused = result.outcome is Outcome.ALREADY_INSTRUMENTED or bool(copies)
+        if not project.instrumented and result.outcome is Outcome.NOTHING_TO_DO:
             notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
-    labels = sorted({r.label for r in regions if r.role == "step"})
-    return Prepared(result, copy, labels, start_paused, notes)
+    labels = sorted({r["label"] for r in loops if r["role"] == "step"})
+    return Prepared(result, copy, labels, start_paused, notes,
+                    folder / "modules.json" if copies else None,
+                    sorted({mode.domain_for(Path(item.relative).stem) for item in project.instrumented}))
 
 
 def launch_command(copy: Path, script: Path, args: Sequence[str]) -> List[str]:
@@ -137,7 +164,12 @@ def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[
     command = launch_command(prepared.copy, script, args)
     info = RunInfo(script=str(script), copy=str(prepared.copy), args=list(args), backend=chosen, command=command,
                    domain=mode.domain_for(script.stem), step_labels=prepared.step_labels,
-                   start_paused=prepared.start_paused, notes=prepared.notes)
+                   start_paused=prepared.start_paused, notes=prepared.notes, domains=prepared.domains)
+    if prepared.modules is not None:
+        from .launch import MODULES_VARIABLE
+
+        # Inherited by the target (through VTune too); the launcher pops it.
+        os.environ[MODULES_VARIABLE] = str(prepared.modules)
     info.save(folder)
     if chosen == "vtune":
         from . import vtune_backend
@@ -177,7 +209,7 @@ def analyse(folder: Path, info: RunInfo):
 
     trace_dir = folder / TRACE_SUBDIR
     traces = read_trace_dir(trace_dir) if trace_dir.is_dir() else []
-    summary = summarize(traces, info.elapsed_s, info.step_labels, info.domain, info.start_paused)
+    summary = summarize(traces, info.elapsed_s, info.step_labels, info.domains or [info.domain], info.start_paused)
     if not traces:
         summary.warnings.append("the collector wrote no trace file: no process of the run loaded it "
                                 "(was ittapi imported? did the script start?)")

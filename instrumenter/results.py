@@ -34,6 +34,8 @@ class RunInfo:
     elapsed_s: float = 0.0
     exit_code: Optional[int] = None
     notes: List[str] = field(default_factory=list)
+    #: every ITT domain autoitt's markers used (entry script and instrumented modules)
+    domains: List[str] = field(default_factory=list)
 
     def save(self, folder: Path) -> None:
         (folder / RUN_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")

@@ -38,8 +38,9 @@ def console_for_stdout() -> Console:
 
 
 def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str]:
-    domains = sorted({t.domain for t in tasks}, key=lambda d: (d != own_domain, d != TORCH_DOMAIN, d))
-    return domains
+    """autoitt's domains first (the entry script's, then its modules'), then PyTorch, then the rest."""
+    return sorted({t.domain for t in tasks},
+                  key=lambda d: (d != own_domain, not d.startswith("autoitt."), d != TORCH_DOMAIN, d))
 
 
 def render(summary: Summary, console: Console, *, script: str, backend: str, result_dir: Path,

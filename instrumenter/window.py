@@ -22,7 +22,7 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-from typing import Any, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 
 class _Task:
@@ -34,42 +34,79 @@ class _Task:
         self.begun = False
 
 
+class _WindowState:
+    """What every copy in one process shares: the step count, whether collecting, the task stacks."""
+
+    def __init__(self, itt: Any, first_step: int, last_step: Optional[int]) -> None:
+        self.itt = itt
+        self.first_step = first_step
+        self.last_step = last_step
+        self.step_tasks: set = set()
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.steps_seen = 0
+        self.collecting = False
+        self.closed = False
+
+
+#: One state per window, so an entry script and the modules it imports count steps together.
+_STATES: Dict[Tuple[int, Optional[int]], _WindowState] = {}
+
+
 class CollectionWindow:
-    """``ittapi.compat`` with collection limited to steps ``skip_steps+1 .. skip_steps+steps``."""
+    """``ittapi.compat`` with collection limited to steps ``skip_steps+1 .. skip_steps+steps``.
+
+    Every instance with the same window in a process shares one state, so the
+    markers of an entry script and of the modules it imports (each binds its
+    own ``itt``) count steps and open tasks together.
+    """
 
     def __init__(self, itt: Any, skip_steps: int = 0, steps: Optional[int] = None,
                  step_tasks: Iterable[str] = ()) -> None:
         if skip_steps < 0 or (steps is not None and steps < 1):
             raise ValueError("skip_steps must be >= 0 and steps >= 1")
-        self._itt = itt
-        self.first_step = skip_steps + 1
-        self.last_step = skip_steps + steps if steps is not None else None
-        self._step_tasks = frozenset(step_tasks)
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self.steps_seen = 0
-        self.collecting = False
-        self.closed = False
-        atexit.register(self._warn_if_never_opened)
+        key = (skip_steps + 1, skip_steps + steps if steps is not None else None)
+        state = _STATES.get(key)
+        if state is None:
+            state = _STATES[key] = _WindowState(itt, *key)
+            atexit.register(_warn_if_never_opened, state)
+        state.step_tasks.update(step_tasks)
+        self._s = state
+
+    @property
+    def first_step(self) -> int:
+        return self._s.first_step
+
+    @property
+    def last_step(self) -> Optional[int]:
+        return self._s.last_step
+
+    @property
+    def steps_seen(self) -> int:
+        return self._s.steps_seen
+
+    @property
+    def collecting(self) -> bool:
+        return self._s.collecting
 
     # -- pass-through ------------------------------------------------------------
 
     def domain_create(self, name: Optional[str] = None) -> Any:
-        return self._itt.domain_create(name)
+        return self._s.itt.domain_create(name)
 
     def pt_region_create(self, name: str) -> Any:
-        return self._itt.pt_region_create(name)
+        return self._s.itt.pt_region_create(name)
 
     def pt_region_begin(self, region: Any) -> None:
-        if self.collecting:
-            self._itt.pt_region_begin(region)
+        if self._s.collecting:
+            self._s.itt.pt_region_begin(region)
 
     def pt_region_end(self, region: Any) -> None:
-        if self.collecting:
-            self._itt.pt_region_end(region)
+        if self._s.collecting:
+            self._s.itt.pt_region_end(region)
 
     def detach(self) -> None:
-        self._itt.detach()
+        self._s.itt.detach()
 
     # -- collection control -----------------------------------------------------------
 
@@ -78,69 +115,72 @@ class CollectionWindow:
 
     def pause(self) -> None:
         """The script's outermost region ended: close the window if it is still open."""
-        with self._lock:
-            if self.collecting:
+        with self._s.lock:
+            if self._s.collecting:
                 self._close()
 
     # -- tasks ---------------------------------------------------------------------
 
     def _stack(self) -> List[_Task]:
-        stack = getattr(self._local, "stack", None)
+        stack = getattr(self._s.local, "stack", None)
         if stack is None:
-            stack = self._local.stack = []
+            stack = self._s.local.stack = []
         return stack
 
     def task_begin(self, domain: Any, name: str) -> None:
+        state = self._s
         stack = self._stack()
         task = _Task(domain, name)
         stack.append(task)
-        with self._lock:
-            if name in self._step_tasks:
-                self.steps_seen += 1
-                if self.steps_seen == self.first_step and not self.closed:
-                    self._itt.resume()
-                    self.collecting = True
+        with state.lock:
+            if name in state.step_tasks:
+                state.steps_seen += 1
+                if state.steps_seen == state.first_step and not state.closed:
+                    state.itt.resume()
+                    state.collecting = True
                     for open_task in stack:
                         self._begin(open_task)
                     return
-            if self.collecting:
+            if state.collecting:
                 self._begin(task)
 
     def task_end(self, domain: Any) -> None:
+        state = self._s
         stack = self._stack()
         if not stack:
             return
         task = stack.pop()
-        with self._lock:
+        with state.lock:
             if task.begun:
                 task.begun = False
-                self._itt.task_end(task.domain)
+                state.itt.task_end(task.domain)
             if (
-                task.name in self._step_tasks
-                and self.collecting
-                and self.last_step is not None
-                and self.steps_seen >= self.last_step
+                task.name in state.step_tasks
+                and state.collecting
+                and state.last_step is not None
+                and state.steps_seen >= state.last_step
             ):
                 self._close()
 
     def _begin(self, task: _Task) -> None:
         if not task.begun:
-            self._itt.task_begin(task.domain, task.name)
+            self._s.itt.task_begin(task.domain, task.name)
             task.begun = True
 
     def _close(self) -> None:
         for task in reversed(self._stack()):
             if task.begun:
                 task.begun = False
-                self._itt.task_end(task.domain)
-        self._itt.pause()
-        self.collecting = False
-        self.closed = True
+                self._s.itt.task_end(task.domain)
+        self._s.itt.pause()
+        self._s.collecting = False
+        self._s.closed = True
 
-    def _warn_if_never_opened(self) -> None:
-        if self._step_tasks and self.steps_seen < self.first_step:
-            print(
-                f"autoitt: only {self.steps_seen} step(s) ran, so the collection window "
-                f"(from step {self.first_step}) never opened: nothing was collected",
-                file=sys.stderr,
-            )
+
+def _warn_if_never_opened(state: _WindowState) -> None:
+    if state.step_tasks and state.steps_seen < state.first_step:
+        print(
+            f"autoitt: only {state.steps_seen} step(s) ran, so the collection window "
+            f"(from step {state.first_step}) never opened: nothing was collected",
+            file=sys.stderr,
+        )

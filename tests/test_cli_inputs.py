@@ -381,9 +381,9 @@ def test_loops_json_prints_regions_with_exact_keys_and_types(work: Path) -> None
     assert snapshot(work) == before
     regions = json.loads(result.stdout)
     assert isinstance(regions, list) and len(regions) == 2
-    types = {"line": int, "end_line": int, "role": str, "label": str, "reason": str}
+    types = {"line": int, "end_line": int, "role": str, "label": str, "reason": str, "path": str}
     for region in regions:
-        assert set(region) == {"line", "end_line", "role", "function", "label", "reason"}
+        assert set(region) == {"line", "end_line", "role", "function", "label", "reason", "path"}
         for key, kind in types.items():
             assert type(region[key]) is kind, (key, region[key])
         assert region["function"] is None or type(region["function"]) is str

@@ -414,7 +414,7 @@ def test_loops_json_gives_the_expected_roles(script):
     assert [(item["function"], item["role"]) for item in found] == EXPECTED_SAMPLE_ROLES[script]
     lines = script.read_text().splitlines()
     for item in found:
-        assert set(item) == {"line", "end_line", "role", "function", "label", "reason"}
+        assert set(item) == {"line", "end_line", "role", "function", "label", "reason", "path"}
         assert item["line"] <= item["end_line"]
         keyword = lines[item["line"] - 1].strip()
         if item["role"] == "train-call":

@@ -11,9 +11,16 @@ import textwrap
 
 import pytest
 
+from instrumenter import window
 from instrumenter.window import CollectionWindow
 from tests.itt_recorder import Recorder
 from transforms import Mode, instrument_source
+
+@pytest.fixture(autouse=True)
+def fresh_windows(monkeypatch):
+    """Windows share state per process (entry script and modules); each test is its own process here."""
+    monkeypatch.setattr(window, "_STATES", {})
+
 
 SCRIPT = textwrap.dedent(
     '''
@@ -34,12 +41,12 @@ SCRIPT = textwrap.dedent(
 
 
 def _run(monkeypatch, mode, epochs=3, steps=4):
-    result = instrument_source(SCRIPT.encode(), "window.py", mode)
+    result = instrument_source(SCRIPT.encode(), "window_script.py", mode)
     recorder = Recorder().install(monkeypatch)
     namespace: dict = {"__name__": "window"}
     exec(compile(result.output, "window_itt.py", "exec"), namespace)
     # the at-exit warning belongs to a real run, not to the test process
-    atexit.unregister(namespace["itt"]._warn_if_never_opened)
+    atexit.unregister(window._warn_if_never_opened)
     namespace["train"](epochs, steps)
     return recorder, namespace
 
@@ -98,16 +105,16 @@ def test_window_warns_at_exit_when_it_never_opened(capsys):
         def __getattr__(self, name):
             return lambda *args: None
 
-    window = CollectionWindow(Null(), skip_steps=5, steps=1, step_tasks=("step",))
+    collection = CollectionWindow(Null(), skip_steps=5, steps=1, step_tasks=("step",))
     atexit.unregister(window._warn_if_never_opened)
-    window.task_begin("d", "step")
-    window.task_end("d")
-    window._warn_if_never_opened()
+    collection.task_begin("d", "step")
+    collection.task_end("d")
+    window._warn_if_never_opened(collection._s)
     assert "never opened" in capsys.readouterr().err
 
 
 def test_window_copy_imports_the_window_runtime_and_keeps_marker_lines():
-    output = instrument_source(SCRIPT.encode(), "window.py", Mode(skip_steps=2, steps=5)).output.decode()
+    output = instrument_source(SCRIPT.encode(), "window_script.py", Mode(skip_steps=2, steps=5)).output.decode()
     assert "from instrumenter.window import CollectionWindow" in output
     assert 'itt = CollectionWindow(itt, skip_steps=2, steps=5, step_tasks=("step",))' in output
     assert 'itt.task_begin(_autoitt_domain, "step")' in output

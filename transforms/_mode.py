@@ -21,6 +21,10 @@ class Mode:
     ``pt_regions``: also mark each step for VTune's anomaly detection.
     ``labels``: task label overrides, keyed by the 1-based line of the loop or
     call in the original file.
+    ``collection_control``: whether this file's outermost regions resume and
+    pause collection (and wrap PyTorch in emit_itt). Off for modules imported
+    by an entry script that controls collection itself: a nested pause would
+    end collection while the entry's tasks are open, and emit_itt cannot nest.
     """
 
     domain: Optional[str] = None
@@ -29,6 +33,7 @@ class Mode:
     steps: Optional[int] = None
     pt_regions: bool = False
     labels: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
+    collection_control: bool = True
 
     def __post_init__(self) -> None:
         if self.skip_steps < 0:

@@ -121,10 +121,11 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
         before: List[str] = []
         after: List[str] = []
         context = None
-        if region.outermost:
+        controls = region.outermost and mode.collection_control
+        if controls:
             before.append(call("resume"))
         before.extend(task_before)
-        if region.outermost and torch_ref:
+        if controls and torch_ref:
             context = f"{torch_ref}.autograd.profiler.emit_itt()"
             if not mode.windowed:
                 # The recipe's own range, on the PyTorch domain; in windowed mode it
@@ -133,7 +134,7 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
                 before.append(f"{torch_ref}.profiler.itt.range_push({_quote(name)})")
                 after.append(f"{torch_ref}.profiler.itt.range_pop()")
         after.extend(task_after)
-        if region.outermost:
+        if controls:
             after.append(call("pause"))
         edits.append(Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), context), each))
 

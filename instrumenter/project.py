@@ -1,0 +1,149 @@
+"""Whole projects: the entry script and the modules of its own folder tree that it imports.
+
+Training code often lives next to the entry script (``from trainer import
+train_one_epoch``). Starting from the entry script, every import that
+resolves to a ``.py`` file under the entry's folder is followed (absolute
+imports from that folder, relative imports inside its packages, aliases
+alike); installed packages are never touched. Each file is instrumented on
+its own; only the entry script's regions control collection when it has any
+(see ``Mode.collection_control``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from transforms import Mode, Outcome, Result, Source, SourceError, instrument_source, parse_source
+
+from . import files
+
+#: A project larger than this is cut short with a note: it is not a training script's folder.
+MAX_FILES = 200
+
+
+@dataclass(frozen=True)
+class ProjectFile:
+    """One instrumented file: ``relative`` to the entry's folder, as ``path`` on disk."""
+
+    path: Path
+    relative: str
+    module: Optional[str]
+    result: Result
+
+
+@dataclass(frozen=True)
+class Project:
+    entry: ProjectFile
+    modules: Tuple[ProjectFile, ...]
+    notes: Tuple[str, ...]
+
+    @property
+    def files(self) -> Tuple[ProjectFile, ...]:
+        return (self.entry, *self.modules)
+
+    @property
+    def instrumented(self) -> List[ProjectFile]:
+        return [f for f in self.files if f.result.outcome is Outcome.INSTRUMENTED]
+
+
+def _module_file(root: Path, dotted_name: str) -> Optional[Path]:
+    parts = dotted_name.split(".")
+    base = root.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_of(path: Path, root: Path) -> List[str]:
+    """The package parts of ``path`` relative to ``root`` (``pkg/sub/mod.py`` -> ``[pkg, sub]``)."""
+    parts = list(path.relative_to(root).parent.parts)
+    return parts
+
+
+def _imported_files(tree: ast.Module, path: Path, root: Path) -> Iterator[Tuple[Path, str]]:
+    """(file, module name) for each import of ``tree`` that names a file under ``root``."""
+    for node in ast.walk(tree):
+        names: List[str] = []
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                names.extend(".".join(parts[: i + 1]) for i in range(len(parts)))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = _package_of(path, root)  # for __init__.py: the package itself
+                keep = len(package) - (node.level - 1)
+                if keep < 0:
+                    continue
+                base = package[:keep]
+            else:
+                base = []
+            module = [*base, *(node.module.split(".") if node.module else [])]
+            if module:
+                names.extend(".".join(module[: i + 1]) for i in range(len(module)))
+            for alias in node.names:
+                if alias.name != "*":
+                    names.append(".".join([*module, alias.name]))
+        for name in names:
+            found = _module_file(root, name)
+            if found is not None:
+                yield found, name
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file of the project as found: where, under which module name, parsed."""
+
+    path: Path
+    relative: str
+    module: Optional[str]
+    source: Source
+
+
+def discover(entry: Path) -> Tuple[List[LocalFile], List[str]]:
+    """The entry script and every local module it imports, transitively; (files, notes)."""
+    root = entry.resolve().parent
+    first = LocalFile(entry, entry.name, None, parse_source(files.read_script(entry), str(entry)))
+    found: List[LocalFile] = [first]
+    notes: List[str] = []
+    seen = {entry.resolve()}
+    queue = [(entry.resolve(), first.source.tree)]
+    while queue:
+        path, tree = queue.pop(0)
+        for module_file, name in _imported_files(tree, path, root):
+            resolved = module_file.resolve()
+            if resolved in seen:
+                continue
+            if len(seen) >= MAX_FILES:
+                notes.append(f"more than {MAX_FILES} local modules: the rest are not followed")
+                return found, notes
+            seen.add(resolved)
+            relative = resolved.relative_to(root).as_posix()
+            try:
+                source = parse_source(files.read_script(module_file), relative)
+            except SourceError as exc:
+                notes.append(f"{relative}: not followed: {exc.message}")
+                continue
+            found.append(LocalFile(module_file, relative, name, source))
+            queue.append((resolved, source.tree))
+    return found, notes
+
+
+def load_project(entry: Path, mode: Mode) -> Project:
+    """Instrument ``entry`` and the local modules it imports (transitively); writes nothing."""
+    local, notes = discover(entry)
+    first = local[0]
+    entry_result = instrument_source(first.source.data, str(entry), mode, stem=entry.stem)
+    controls = any(r.outermost for r in entry_result.detection.regions)
+    # Only the entry script's own regions resume and pause when it has any.
+    module_mode = dataclasses.replace(mode, collection_control=not controls, labels=())
+    modules = [
+        ProjectFile(item.path, item.relative, item.module,
+                    instrument_source(item.source.data, item.relative, module_mode, stem=item.path.stem))
+        for item in local[1:]
+    ]
+    return Project(ProjectFile(entry, entry.name, None, entry_result), tuple(modules), tuple(notes))
