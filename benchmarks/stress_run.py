@@ -42,11 +42,12 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 DEFAULT_PACKAGES = ("torch", "tensorflow", "keras", "numpy")
-#: seconds one file may take before it is reported as a time-out
-DEFAULT_TIMEOUT = 60.0
+#: seconds one file may take before it is reported as a time-out (the slowest
+#: framework files take ~10 s on an idle core, several times that on a busy one)
+DEFAULT_TIMEOUT = 120.0
 #: how many tracebacks / failures / slow files are printed in full
 SHOW = 5
 
@@ -204,7 +205,10 @@ def _safety_checks(transforms, data: bytes, path: str, output: bytes) -> Optiona
             return "strip", f"strip_markers refused the copy: {exc}"
         if stripped != data:
             return "strip", f"strip_markers(copy) differs from the original ({_first_difference(data, stripped)})"
-    again = transforms.instrument_source(output, path)
+    try:
+        again = transforms.instrument_source(output, path)
+    except (transforms.SourceError, transforms.RewriteError) as exc:
+        return "reinstrument", f"instrumenting the copy again raised {type(exc).__name__}: {exc}"
     if again.outcome is not transforms.Outcome.ALREADY_INSTRUMENTED:
         return "reinstrument", f"the copy is not recognised as already instrumented ({again.outcome.value})"
     return None

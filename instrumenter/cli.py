@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple
 import click
 
 from . import __version__
-from .report import ExitCode, Report
+from .report import Report
 
 _EPILOG = """\b
 Examples:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from transforms import Mode, Outcome, Result, SourceError, instrument_source
+from transforms import Mode, Outcome, Result, SourceError
 
 from . import files
 from .results import RunInfo, new_result_dir

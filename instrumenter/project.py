@@ -15,7 +15,7 @@ import ast
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from transforms import Mode, Outcome, Result, Source, SourceError, instrument_source, parse_source
 

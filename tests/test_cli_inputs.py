@@ -8,30 +8,16 @@ the behaviour is a write.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Tuple
 
 import pytest
-from click.testing import CliRunner
 
-from instrumenter.cli import cli
+from tests.cli_helpers import TRAIN, invoke, snapshot
 from transforms import INSTRUMENTED_MARKER
 
-TRAIN = """\
-import torch
-
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    loss = model(torch.ones(4)).sum()
-    loss.backward()
-    optimizer.step()
-"""
 
 # A step loop inside a function and an epoch loop at module level, so that
 # ``function`` is a str for one region and None for the other.
@@ -60,31 +46,6 @@ for i in range(3):
 while total:
     total -= 1
 """
-
-Snapshot = Dict[str, Tuple[str, object, object]]
-
-
-def snapshot(root: Path) -> Snapshot:
-    """Every entry under ``root``: relative path -> (kind, bytes or link target, mode bits)."""
-    state: Snapshot = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            info = path.lstat()
-            mode = stat.S_IMODE(info.st_mode)
-            if stat.S_ISLNK(info.st_mode):
-                state[rel] = ("link", os.readlink(path), None)
-            elif stat.S_ISDIR(info.st_mode):
-                state[rel] = ("dir", None, mode)
-            else:
-                state[rel] = ("file", path.read_bytes(), mode)
-    return state
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

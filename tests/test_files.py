@@ -10,49 +10,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Dict, Tuple
 
 import pytest
 from click.testing import CliRunner
 
 from instrumenter import files
 from instrumenter.cli import cli
+from tests.cli_helpers import TRAIN, invoke, snapshot
 from transforms import INSTRUMENTED_MARKER
-
-TRAIN = """\
-import torch
-
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    loss = model(torch.ones(4)).sum()
-    loss.backward()
-    optimizer.step()
-"""
-
-Snapshot = Dict[str, Tuple[str, object, object]]
-
-
-def snapshot(root: Path) -> Snapshot:
-    """Every entry under ``root``: relative path -> (kind, bytes or link target, mode bits)."""
-    state: Snapshot = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            info = path.lstat()
-            mode = stat.S_IMODE(info.st_mode)
-            if stat.S_ISLNK(info.st_mode):
-                state[rel] = ("link", os.readlink(path), None)
-            elif stat.S_ISDIR(info.st_mode):
-                state[rel] = ("dir", None, mode)
-            else:
-                state[rel] = ("file", path.read_bytes(), mode)
-    return state
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def names(folder: Path) -> set:
@@ -275,9 +240,7 @@ def test_write_failure_is_an_input_error_and_leaves_no_backup(tmp_path, monkeypa
     """A full disk or a read-only folder is the environment's problem: exit 2, nothing left behind."""
     import os as _os
 
-    from click.testing import CliRunner
 
-    from instrumenter.cli import cli
 
     script = tmp_path / "train.py"
     script.write_text("for x in data:\n    loss.backward()\n")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ElementTree
-from pathlib import Path
 
 import pytest
 

@@ -531,6 +531,10 @@ class _Classifier:
 def _instrumented_by(source: Source, index: _Index) -> Optional[str]:
     if INSTRUMENTED_MARKER in source.text:
         return "autoitt"
+    for node in _import_statements(index.tree.body):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if any(name == "ittapi" or name.startswith("ittapi.") or name == "itt" for name in modules):
+            return f"hand (imports {modules[0]} at line {node.lineno})"
     for node in index.all_calls:
         resolved = index.imports.resolve(node.func) or ""
         head, _, tail = resolved.rpartition(".")

@@ -52,34 +52,44 @@ def instrument_source(data: bytes, name: str, mode: Mode = Mode(), stem: Optiona
 
     rewritten = rewrite_module(data, plan)
     output = rewritten.instrumented.bytes
-    _check_safety(rewritten, output, name, plan)
+    _check_safety(rewritten, data, output, name, plan)
     return Result(source, detection, plan, Outcome.INSTRUMENTED, output)
 
 
-def _check_safety(rewritten, output: bytes, name: str, plan: Plan) -> None:
+def _check_safety(rewritten, original: bytes, output: bytes, name: str, plan: Plan) -> None:
     """The copy compiles, and removing exactly the markers gives back the original byte for byte.
 
-    Like black's ``--safe``; there is no way to turn it off. The stripped copy
-    must be the same tree as the parsed original, which libcst turns back into
-    the original bytes. A failure is an autoitt bug: nothing is written and
-    the loop concerned is named.
+    Like black's ``--safe``; there is no way to turn it off. A failure writes
+    nothing and names the loop concerned (or, when libcst's own round trip of
+    the file is not exact, the line it would change).
     """
-    from ._strip import same_tree, strip_module
+    from ._strip import strip_module
 
     try:
         compile(output, name, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise RewriteError(f"{name}: the instrumented copy does not compile: {exc.msg} "
                            f"(line {exc.lineno} of the copy)") from None
-    stripped = strip_module(rewritten.instrumented, rewritten.untouched)
-    if same_tree(stripped, rewritten.original):
+    stripped = strip_module(rewritten.instrumented, rewritten.untouched).bytes
+    if stripped == original:
         return
-    before, after = rewritten.original.code.splitlines(), stripped.code.splitlines()
-    line = next((i for i, (a, b) in enumerate(zip(before, after), start=1) if a != b),
-                min(len(before), len(after)) + 1)
+    round_trip = rewritten.original.bytes
+    if round_trip != original:
+        line = _first_difference(original, round_trip)
+        raise RewriteError(f"{name}: libcst cannot reproduce this file exactly (it would change line {line}, "
+                           "e.g. whitespace-only or comment lines at the very end, or CR-only newlines); "
+                           "nothing was written rather than alter your file")
+    line = _first_difference(original, stripped)
     region = next((r for r in plan.regions if r.line <= line <= r.end_line), None) or next(
         (r for r in plan.regions if r.line >= line), None)
     where = f"the {region.role} {'call' if region.kind == 'call' else 'loop'} at line {region.line}" \
         if region else f"line {line}"
     raise RewriteError(f"{name}: safety check failed: removing the markers does not give back the "
                        f"original around {where}; nothing was written")
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    """The 1-based line where two texts first differ."""
+    before, after = a.splitlines(), b.splitlines()
+    return next((i for i, (x, y) in enumerate(zip(before, after), start=1) if x != y),
+                min(len(before), len(after)) + 1)

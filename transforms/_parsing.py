@@ -29,9 +29,15 @@ class Source:
 
     @property
     def lines(self) -> list:
-        return self.text.splitlines()
+        """The source lines as Python numbers them: split at \\n, \\r\\n and \\r only.
+
+        (``str.splitlines`` also splits at form feeds and Unicode separators,
+        which would shift every later line number.)
+        """
+        return _NEWLINE.split(self.text)
 
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 

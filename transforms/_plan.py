@@ -9,6 +9,7 @@ inserted, and keeps the rewriter free of policy.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
@@ -64,11 +65,19 @@ class Plan:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A double-quoted Python literal for any text (JSON's escapes are valid Python ones)."""
+    return json.dumps(text)
 
 
-def _free_name(preferred: str, fallback: str, detection: Detection) -> str:
-    return preferred if preferred not in detection.names_in_use else fallback
+def _free_name(candidates: Tuple[str, ...], detection: Detection) -> str:
+    """The first candidate the script does not use, else the last one numbered until free."""
+    for name in candidates:
+        if name not in detection.names_in_use:
+            return name
+    number = 2
+    while f"{candidates[-1]}_{number}" in detection.names_in_use:
+        number += 1
+    return f"{candidates[-1]}_{number}"
 
 
 def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: str) -> Plan:
@@ -78,8 +87,8 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
     if not regions or detection.already_instrumented:
         return Plan(source_name, regions, (), (), (), "", tuple(notes))
 
-    itt = _free_name("itt", "_autoitt_itt", detection)
-    domain = DOMAIN_VAR
+    itt = _free_name(("itt", "_autoitt_itt"), detection)
+    domain = _free_name((DOMAIN_VAR,), detection)
 
     torch_ref = None
     if detection.uses_torch and mode.torch_ops:
@@ -97,7 +106,7 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
                 if len(pt_vars) == MAX_PT_REGIONS:
                     notes.append(Note(region.line, f"more than {MAX_PT_REGIONS} step loops: no anomaly-detection region for '{region.label}'"))
                     continue
-                pt_vars[region.label] = f"_autoitt_pt_{len(pt_vars)}"
+                pt_vars[region.label] = _free_name((f"_autoitt_pt_{len(pt_vars)}",), detection)
 
     def call(function: str, *args: str) -> str:
         return f"{itt}.{function}({', '.join(args)})"

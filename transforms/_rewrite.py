@@ -19,7 +19,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ._errors import RewriteError
-from ._plan import ITT_MODULE, Edit, Plan, Wrap
+from ._plan import Edit, Plan, Wrap
 
 _Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
@@ -167,7 +167,8 @@ class _StatementRewriter(cst.CSTTransformer):
         if not isinstance(body, cst.IndentedBlock):
             # Detection leaves one-line bodies alone; reaching here is a bug.
             raise RewriteError("a loop body on its header's line cannot take markers")
-        unit = body.indent if body.indent is not None else self._unit_or_none()
+        # The body keeps its own relative indent (None: the module's default, as written).
+        unit = body.indent
         before = [self._statement(code) for code in wrap.before]
         guarded = cst.Try(
             body=cst.IndentedBlock(body=list(body.body), indent=unit, footer=body.footer),

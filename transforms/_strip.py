@@ -7,12 +7,12 @@ Stripping replaces each such wrapping with the code it wraps, gives back the
 leading comments and blank lines the first marker carried, and drops the
 header (the ittapi import and the ``_autoitt_*`` objects). Since the rewrite
 nests the user's own nodes unchanged, the result is the original source byte
-for byte; every rewrite is checked that way before anything is written.
+for byte; every rewrite is checked that way, on the bytes, before anything
+is written.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import AbstractSet, List, Optional, Sequence
 
 import libcst as cst
@@ -37,10 +37,20 @@ def _itt_name(module: cst.Module) -> Optional[str]:
     return None
 
 
+def _domain_var(module: cst.Module, itt: str) -> str:
+    """The module-level name the copy's domain is bound to (``_autoitt_domain`` unless taken)."""
+    for statement in module.body:
+        if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget(target=m.Name())],
+                value=m.Call(func=m.Attribute(value=m.Name(itt), attr=m.Name("domain_create"))))])):
+            return statement.body[0].targets[0].target.value
+    return DOMAIN_VAR
+
+
 class _MarkerStripper(cst.CSTTransformer):
     """Unwraps marker wrappings in every statement list, bottom up."""
 
-    def __init__(self, itt: str, untouched: AbstractSet[int] = frozenset()) -> None:
+    def __init__(self, itt: str, domain: str, untouched: AbstractSet[int] = frozenset()) -> None:
         super().__init__()
         self._untouched = untouched
         itt_call = m.Call(func=m.Attribute(value=m.Name(itt), attr=m.OneOf(*(m.Name(n) for n in _ITT_CALLS))))
@@ -51,7 +61,7 @@ class _MarkerStripper(cst.CSTTransformer):
         self._marker = m.SimpleStatementLine(body=[m.Expr(value=itt_call | torch_range)])
         self._task = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
             func=m.Attribute(value=m.Name(itt), attr=m.Name("task_begin") | m.Name("task_end")),
-            args=[m.Arg(value=m.Name(DOMAIN_VAR)), m.ZeroOrMore()],
+            args=[m.Arg(value=m.Name(domain)), m.ZeroOrMore()],
         ))])
         self._emit_itt = m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(
             value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("autograd")), attr=m.Name("profiler")),
@@ -147,33 +157,14 @@ def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) 
     itt = _itt_name(module)
     if itt is None:
         raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
-    stripped = module.visit(_MarkerStripper(itt, untouched))
+    stripped = module.visit(_MarkerStripper(itt, _domain_var(module, itt), untouched))
     body = [s for s in stripped.body if not _is_header(s, itt)]
     return stripped.with_changes(body=body)
 
 
-def same_tree(a: object, b: object) -> bool:
-    """Structural equality of two libcst trees, short-cut where they share a subtree.
-
-    Equal trees generate equal code, so a stripped copy that is the same tree
-    as the parsed original is the original byte for byte; shared subtrees (the
-    code the rewrite never touched) cost nothing to compare.
-    """
-    if a is b:
-        return True
-    if isinstance(a, (list, tuple)):
-        # the parser builds tuples, with_changes calls here pass lists: same sequence to codegen
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, cst.CSTNode):
-        return all(same_tree(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    return a == b
-
-
-def _leftover_lines(code: str, itt: str) -> List[int]:
+def _leftover_lines(code: str, itt: str, domain: str) -> List[int]:
     return [number for number, line in enumerate(code.splitlines(), start=1)
-            if DOMAIN_VAR in line or line.lstrip().startswith(f"{itt}.")]
+            if domain in line or line.lstrip().startswith(f"{itt}.")]
 
 
 def strip_markers(data: bytes, name: str) -> bytes:
@@ -193,7 +184,7 @@ def strip_markers(data: bytes, name: str) -> bytes:
     except RewriteError as exc:
         raise SourceError(name, str(exc)) from None
     itt = _itt_name(module) or "itt"
-    leftovers = _leftover_lines(stripped.code, itt)
+    leftovers = _leftover_lines(stripped.code, itt, _domain_var(module, itt))
     if leftovers:
         raise SourceError(name, "markers autoitt did not write this way remain after stripping "
                                 "(was the copy edited by hand?)", leftovers[0])
