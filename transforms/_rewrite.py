@@ -210,7 +210,9 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     touches a line of the user's outside the markers (``strip`` relies on it).
     """
     split = _leading_block_end(module)
-    head = module.with_changes(body=module.body[: split + 1])
+    # Only the docstring and leading imports: what follows can be a class of
+    # thousands of lines that the visitor would otherwise walk with metadata.
+    head = module.with_changes(body=module.body[:split])
     context = CodemodContext()
     for module_name, obj, asname in plan.imports:
         AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
