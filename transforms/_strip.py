@@ -23,7 +23,6 @@ from ._errors import RewriteError, SourceError
 from ._plan import DOMAIN_VAR, ITT_MODULE, WINDOW_CLASS, WINDOW_MODULE
 
 _ITT_CALLS = ("resume", "pause", "task_begin", "task_end", "pt_region_begin", "pt_region_end")
-_AUTOITT_PREFIX = "_autoitt_"
 
 
 def _itt_name(module: cst.Module) -> Optional[str]:
@@ -131,7 +130,8 @@ class _MarkerStripper(cst.CSTTransformer):
 
 
 def _is_header(statement: cst.CSTNode, itt: str) -> bool:
-    """The ittapi import, the window import, and the module-level ``_autoitt_*``/window assignments."""
+    """One of autoitt's header statements: the ittapi or window import, or an assignment
+    of ``<itt>.domain_create(...)``, ``<itt>.pt_region_create(...)`` or ``CollectionWindow(...)``."""
     if m.matches(statement, m.SimpleStatementLine(body=[m.Import()])):
         names = [cst.Module([]).code_for_node(a.name) for a in statement.body[0].names]
         return names == [ITT_MODULE]
@@ -140,12 +140,27 @@ def _is_header(statement: cst.CSTNode, itt: str) -> bool:
         module = cst.Module([]).code_for_node(small.module) if small.module else ""
         return module == WINDOW_MODULE and not isinstance(small.names, cst.ImportStar) and [
             a.name.value for a in small.names] == [WINDOW_CLASS]
-    if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
-        target = statement.body[0].targets[0].target.value
-        if target.startswith(_AUTOITT_PREFIX):
-            return True
-        return target == itt and m.matches(statement.body[0].value, m.Call(func=m.Name(WINDOW_CLASS)))
-    return False
+    return m.matches(statement, m.SimpleStatementLine(body=[m.Assign(
+        targets=[m.AssignTarget(target=m.Name())],
+        value=m.Call(func=m.Attribute(value=m.Name(itt), attr=m.Name("domain_create") | m.Name("pt_region_create"))
+                     | m.Name(WINDOW_CLASS)),
+    )]))
+
+
+def _without_header(body: Sequence[cst.BaseStatement], itt: str) -> List[cst.BaseStatement]:
+    """``body`` without the run of header statements that starts at the ittapi import.
+
+    Only that run goes: a statement of the user's elsewhere that happens to
+    look alike (``_autoitt_domain = 1``) stays.
+    """
+    start = next((i for i, s in enumerate(body) if _is_header(s, itt)
+                  and m.matches(s, m.SimpleStatementLine(body=[m.Import()]))), None)
+    if start is None:
+        return list(body)
+    end = start + 1
+    while end < len(body) and _is_header(body[end], itt):
+        end += 1
+    return [*body[:start], *body[end:]]
 
 
 def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) -> cst.Module:
@@ -158,8 +173,7 @@ def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) 
     if itt is None:
         raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
     stripped = module.visit(_MarkerStripper(itt, _domain_var(module, itt), untouched))
-    body = [s for s in stripped.body if not _is_header(s, itt)]
-    return stripped.with_changes(body=body)
+    return stripped.with_changes(body=_without_header(stripped.body, itt))
 
 
 def _leftover_lines(code: str, itt: str, domain: str) -> List[int]:
