@@ -437,3 +437,13 @@ def test_loop_around_a_non_training_loop_is_classified_by_its_own_body():
                 print(p)
             loss.backward()
     """) == [(2, "step")]
+
+
+def test_a_step_loop_in_a_while_else_clause_does_not_make_an_epoch():
+    assert regions("""
+        while waiting():
+            poll()
+        else:
+            for x in loader:
+                loss.backward()
+    """) == [(5, "step")]

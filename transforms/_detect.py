@@ -473,7 +473,10 @@ class _Classifier:
             return None
         if directive:
             return directive, f"forced by '# autoitt: {directive}'"
+        body_end = loop.body[-1].end_lineno or loop.body[-1].lineno
         for inner in self.index.nested.get(id(loop), ()):
+            if inner.node.lineno > body_end:
+                continue  # in the loop's else clause: runs once, not every iteration
             role = self.role(inner)
             if role and role[0] in ("step", "epoch"):
                 return "epoch", f"contains {role[0]} loop at line {inner.node.lineno}"
