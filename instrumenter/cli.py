@@ -166,12 +166,8 @@ def _instrument_one(report: Report, script: Path, mode, *, output: Optional[str]
     project = load_project(script, mode)
     result = project.entry.result
     modules = [item for item in project.modules if item.result.outcome is Outcome.INSTRUMENTED]
-    for item in project.files:
-        shown = script if item is project.entry else item.relative
-        for note in item.result.plan.notes:
-            report.note(f"{shown}:{note.line}: {note.message}" if note.line else f"{shown}: {note.message}")
-    for note in project.notes:
-        report.note(note)
+    for message in project.messages():
+        report.note(message)
     if result.outcome is Outcome.ALREADY_INSTRUMENTED:
         report.unchanged_file(f"{script}: already instrumented by {result.detection.already_instrumented}; nothing to do")
         return
@@ -183,7 +179,7 @@ def _instrument_one(report: Report, script: Path, mode, *, output: Optional[str]
     # -o is kept as typed: a trailing slash asks for a folder even before it exists.
     directory = output is not None and (output.endswith(("/", os.sep)) or Path(output).is_dir())
     output = Path(output) if output is not None else None
-    written = [item for item in project.instrumented]
+    written = project.instrumented
 
     def target_of(item) -> Path:
         if directory:
@@ -298,7 +294,7 @@ def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> N
 def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
     from transforms import detect
 
-    from .project import discover
+    from .project import discover, note_line
 
     local, notes = discover(script)
     found = []  # (relative path, region)
@@ -309,8 +305,7 @@ def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
         instrumented_by = instrumented_by or (detection.already_instrumented if index == 0 else None)
         found.extend((item.relative, region) for region in detection.regions)
         shown = script if index == 0 else item.relative
-        all_notes.extend(f"{shown}:{n.line}: {n.message}" if n.line else f"{shown}: {n.message}"
-                         for n in detection.notes)
+        all_notes.extend(note_line(shown, n) for n in detection.notes)
     all_notes.extend(notes)
     if as_json:
         click.echo(json.dumps([{**region.to_json(), "path": path} for path, region in found], indent=2))

@@ -82,12 +82,7 @@ def prepare(script: Path, mode: Mode, folder: Path) -> Prepared:
 
     project = load_project(script, mode)
     result = project.entry.result
-    notes = []
-    for item in project.files:
-        shown = script if item is project.entry else item.relative
-        notes.extend(f"{shown}:{n.line}: {n.message}" if n.line else f"{shown}: {n.message}"
-                     for n in item.result.plan.notes)
-    notes.extend(project.notes)
+    notes = project.messages()
     loops = [{**r.to_json(), "path": item.relative} for item in project.files for r in item.result.detection.regions]
     (folder / "loops.json").write_text(json.dumps(loops, indent=2) + "\n")
     copy = folder / f"{script.stem}_itt.py"

@@ -35,11 +35,22 @@ class ProjectFile:
     result: Result
 
 
+def note_line(where: object, note) -> str:
+    """``where:line: message`` for a detection or plan note (``where: message`` without a line)."""
+    return f"{where}:{note.line}: {note.message}" if note.line else f"{where}: {note.message}"
+
+
 @dataclass(frozen=True)
 class Project:
     entry: ProjectFile
     modules: Tuple[ProjectFile, ...]
     notes: Tuple[str, ...]
+
+    def messages(self) -> List[str]:
+        """Every file's notes (the entry named as given, modules by relative path), then the project's."""
+        lines = [note_line(item.path if item is self.entry else item.relative, note)
+                 for item in self.files for note in item.result.plan.notes]
+        return [*lines, *self.notes]
 
     @property
     def files(self) -> Tuple[ProjectFile, ...]:

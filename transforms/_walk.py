@@ -9,7 +9,7 @@ planned change at its ordinal, checking that the statement kind agrees.
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Sequence
+from typing import List, Sequence
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -26,29 +26,3 @@ def child_blocks(stmt: ast.stmt) -> List[Sequence[ast.stmt]]:
     if type(stmt).__name__ == "Match":
         return [case.body for case in stmt.cases]
     return []
-
-
-def iter_expression_nodes(stmts: Sequence[ast.stmt], *, enter_loops: bool) -> Iterator[ast.AST]:
-    """Every node executed as part of ``stmts`` themselves.
-
-    Nested function and class bodies and lambdas are skipped (defining them
-    runs nothing); nested loops are skipped unless ``enter_loops``.
-    """
-    stack: List[ast.AST] = list(reversed(stmts))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, DEFINITIONS):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                # Decorators and defaults do run at definition time.
-                stack.extend(reversed(node.decorator_list))
-            continue
-        if not enter_loops and isinstance(node, LOOPS):
-            continue
-        yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def iter_calls(stmts: Sequence[ast.stmt], *, enter_loops: bool) -> Iterator[ast.Call]:
-    for node in iter_expression_nodes(stmts, enter_loops=enter_loops):
-        if isinstance(node, ast.Call):
-            yield node
