@@ -1,13 +1,16 @@
-"""The ``autoitt`` command line: thin commands over transforms, files, diff and report.
+"""The ``autoitt`` command line: options, help and exit codes over the modules that do the work.
 
-Heavy imports (libcst, rich) happen inside the commands that need them, so
-``autoitt --help`` starts quickly.
+``instrument``/``strip``: :mod:`instrumenter.copies`; ``loops``:
+:mod:`instrumenter.listing`; ``profile``/``report``:
+:mod:`instrumenter.profiling` and a backend. Each command counts its
+outcomes in a :class:`~instrumenter.tally.Tally`, which chooses the exit code.
+Heavy imports (libcst, rich, the backends) happen inside the commands that
+need them, so ``autoitt --help`` starts quickly.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -16,7 +19,9 @@ from typing import Optional, Sequence, Tuple
 import click
 
 from . import __version__
-from .report import Report
+from .diff import STYLES
+from .options import ANALYSES, BACKENDS, DEFAULT_DATA_LIMIT_MB, SAMPLING_MODES, VTuneOptions
+from .tally import Tally
 
 _EPILOG = """\b
 Examples:
@@ -99,7 +104,7 @@ def cli() -> None:
 @click.option("--force", is_flag=True,
               help="Replace an output file (or backup) that autoitt did not write.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print what would be inserted; write nothing.")
-@click.option("--diff-style", type=click.Choice(["markers", "unified"]), default="markers", show_default=True,
+@click.option("--diff-style", type=click.Choice(list(STYLES)), default="markers", show_default=True,
               help="markers: indentation changes shown as context, so inserted lines stand out; "
                    "unified: a strict diff that patch can apply.")
 @click.option("--check", is_flag=True,
@@ -131,144 +136,34 @@ def instrument(script: Path, output: Optional[str], in_place: bool, force: bool,
     """
     if in_place and output is not None:
         raise click.UsageError("--in-place and --output exclude each other")
+    from .copies import instrument as write_copies
+    from .files import WriteBack
+
     mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
-    report = Report(check=check, quiet=quiet)
-    _run_guarded(report, lambda: _instrument_one(
-        report, script, mode, output=output, in_place=in_place, force=force, show_diff=show_diff,
-        diff_style=diff_style, color=color, write=not (show_diff or check)))
-    sys.exit(int(report.exit_code))
+    tally = Tally(check=check, quiet=quiet)
+    write_back = WriteBack.from_flags(check=check, diff=show_diff, in_place=in_place)
+    _run_guarded(tally, lambda: write_copies(tally, script, mode, write_back, output=output, in_place=in_place,
+                                             force=force, diff_style=diff_style, color=color))
+    sys.exit(int(tally.exit_code))
 
 
-def _run_guarded(report: Report, action) -> None:
+def _run_guarded(tally: Tally, action) -> None:
     """Turn any unexpected exception into exit code 123 with a useful message."""
     from transforms import RewriteError, SourceError
 
+    from .files import OutputError
+
     try:
         action()
-    except SourceError as exc:
-        report.input_error(str(exc))
+    except (SourceError, OutputError) as exc:
+        tally.input_error(str(exc))
     except RewriteError as exc:
-        report.internal_error(str(exc))
+        tally.internal_error(str(exc))
     except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # noqa: BLE001 - the contract is exit 123, never a bare traceback
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
-        report.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
-
-
-def _instrument_one(report: Report, script: Path, mode, *, output: Optional[str], in_place: bool, force: bool,
-                    show_diff: bool, diff_style: str, color: Optional[bool], write: bool) -> None:
-    from transforms import Outcome, SourceError
-
-    from . import files
-    from .project import load_project
-
-    project = load_project(script, mode)
-    result = project.entry.result
-    modules = [item for item in project.modules if item.result.outcome is Outcome.INSTRUMENTED]
-    for message in project.messages():
-        report.note(message)
-    if result.outcome is Outcome.ALREADY_INSTRUMENTED:
-        report.unchanged_file(f"{script}: already instrumented by {result.detection.already_instrumented}; nothing to do")
-        return
-    if result.outcome is Outcome.NOTHING_TO_DO and not modules:
-        report.unchanged_file(f"{script}: no training loops found; nothing written "
-                              "(see `autoitt loops` and the '# autoitt: step' comment)")
-        return
-
-    # -o is kept as typed: a trailing slash asks for a folder even before it exists.
-    directory = output is not None and (output.endswith(("/", os.sep)) or Path(output).is_dir())
-    output = Path(output) if output is not None else None
-    written = project.instrumented
-
-    def target_of(item) -> Path:
-        if directory:
-            return output / (script.name if item is project.entry else item.relative)
-        return script if in_place else (output or files.default_output(script))
-
-    def regions_of(item) -> str:
-        return ", ".join(f"{r.role} at line {r.line}" for r in item.result.detection.regions)
-
-    if show_diff:
-        for item in written:
-            _print_diff(item.result, item.path, target_of(item) if item is project.entry or directory
-                        else Path(item.relative + " (instrumented)"), diff_style, color)
-    summary = "; ".join(f"{item.relative}: {regions_of(item)}" for item in written) if modules else regions_of(
-        project.entry)
-    if not write:
-        report.changed_file(f"would instrument {script}: {summary}")
-        return
-    if directory:
-        for item in written:
-            target = target_of(item)
-            if files.same_file(target, item.path):
-                raise SourceError(str(target), "is the original file; choose another -o folder")
-            if target.exists() and not force and not files.written_by_autoitt(target):
-                raise SourceError(str(target), "exists and was not written by autoitt; choose another -o or pass --force")
-        for item in written:
-            target = target_of(item)
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                files.atomic_write(target, item.result.output, mode_from=item.path)
-            except OSError as exc:
-                raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
-            report.changed_file(f"wrote {target} from {item.path}: {regions_of(item)}")
-        report.note(f"run it with the other modules of {script.parent or '.'} importable, e.g. "
-                    f"PYTHONPATH={script.parent or '.'} python {target_of(project.entry)}; or use `autoitt profile`")
-        return
-    if modules:
-        names = ", ".join(item.relative for item in modules)
-        report.note(f"{script} imports local modules with training loops too ({names}): -o DIR/ writes every "
-                    f"instrumented file, and `autoitt profile {script}` runs them without touching this folder")
-    if result.outcome is Outcome.NOTHING_TO_DO:
-        report.unchanged_file(f"{script}: no training loops in the script itself; nothing written")
-        return
-    target = target_of(project.entry)
-    summary = regions_of(project.entry)
-
-    if not in_place and files.same_file(target, script):
-        raise SourceError(str(target), "is the script itself; use --in-place to rewrite the script (a backup is kept)")
-    if not target.parent.is_dir():
-        raise SourceError(str(target), f"cannot write: folder {target.parent} does not exist")
-    if target.is_dir():
-        raise SourceError(str(target), "is a directory; give a file name for the copy")
-    if in_place:
-        backup = files.backup_path(script)
-        if backup.exists() and not force:
-            raise SourceError(str(backup), "backup exists already; move it away or pass --force")
-        try:
-            files.copy_backup(script, backup)
-        except OSError as exc:
-            raise SourceError(str(backup), f"cannot write the backup: {exc.strerror or exc}") from None
-        try:
-            files.atomic_write(script, result.output, mode_from=script)
-        except OSError as exc:
-            backup.unlink()  # the script is untouched, so its fresh backup goes too
-            raise SourceError(str(script), f"cannot write: {exc.strerror or exc}") from None
-        report.changed_file(f"rewrote {script} in place (original kept as {backup}): {summary}")
-        return
-    if target.exists() and not force and not files.written_by_autoitt(target):
-        raise SourceError(str(target), "exists and was not written by autoitt; choose another -o or pass --force")
-    try:
-        files.atomic_write(target, result.output, mode_from=script)
-    except OSError as exc:
-        raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
-    report.changed_file(f"wrote {target} from {script}: {summary}")
-    report.note(f"next: vtune -collect hotspots -start-paused -- {Path(sys.executable).name} {target}")
-
-
-def _print_diff(result, script: Path, target: Path, style: str, color: Optional[bool]) -> None:
-    from .diff import colorize, marker_diff, unified_diff
-
-    encoding = result.source.encoding
-    original = result.source.text
-    instrumented = result.output.decode(encoding)
-    if style == "unified":
-        text = unified_diff(original, instrumented, str(script), str(target))
-    else:
-        text, _ = marker_diff(original, instrumented, str(script), str(target))
-    use_color = sys.stdout.isatty() if color is None else color
-    click.echo(colorize(text) if use_color else text, nl=False, color=use_color)
+        tally.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
 
 
 @cli.command(epilog=_EPILOG)
@@ -286,51 +181,11 @@ def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> N
     train-call (one call that trains inside a library, e.g. model.fit).
     Lines are those of SCRIPT as it is on disk. Writes nothing.
     """
-    report = Report(quiet=as_json)
-    _run_guarded(report, lambda: _list_loops(report, script, as_json, labels))
-    sys.exit(int(report.exit_code))
+    from .listing import show_loops
 
-
-def _list_loops(report: Report, script: Path, as_json: bool, labels) -> None:
-    from transforms import detect
-
-    from .project import discover, note_line
-
-    local, notes = discover(script)
-    found = []  # (relative path, region)
-    all_notes = []
-    instrumented_by = None
-    for index, item in enumerate(local):
-        detection = detect(item.source, dict(labels) if index == 0 else None)
-        instrumented_by = instrumented_by or (detection.already_instrumented if index == 0 else None)
-        found.extend((item.relative, region) for region in detection.regions)
-        shown = script if index == 0 else item.relative
-        all_notes.extend(note_line(shown, n) for n in detection.notes)
-    all_notes.extend(notes)
-    if as_json:
-        click.echo(json.dumps([{**region.to_json(), "path": path} for path, region in found], indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(stderr=False, highlight=False)
-    if instrumented_by:
-        console.print(f"{script} is already instrumented by {instrumented_by}.")
-    if not found:
-        console.print(f"{script}: no training loops found.")
-    else:
-        several = len({path for path, _ in found}) > 1 or len(local) > 1
-        table = Table(title=f"Training regions in {script}" + (" and the local modules it imports" if several else ""),
-                      title_justify="left")
-        for column in (("file",) if several else ()) + ("line", "role", "function", "label", "why"):
-            table.add_column(column, overflow="fold")
-        for path, region in found:
-            lines = f"{region.line}-{region.end_line}" if region.end_line != region.line else str(region.line)
-            row = (lines, region.role, region.function or "(module)", region.label, region.reason)
-            table.add_row(*((path,) + row if several else row))
-        console.print(table)
-    for note in all_notes:
-        console.print(f"[dim]{note}[/dim]")
+    tally = Tally(quiet=as_json)
+    _run_guarded(tally, lambda: show_loops(script, as_json, dict(labels)))
+    sys.exit(int(tally.exit_code))
 
 
 @cli.command(epilog=_EPILOG)
@@ -349,39 +204,17 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
     """
     if in_place and output is not None:
         raise click.UsageError("--in-place and --output exclude each other")
-    report = Report()
+    from .copies import strip as write_original
+    from .files import WriteBack
 
-    def run() -> None:
-        from transforms import SourceError, strip_markers
-
-        from . import files
-
-        original = strip_markers(files.read_script(copy), str(copy))
-        if output is None and not in_place:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(original)
-            sys.stdout.buffer.flush()
-            return
-        target = copy if in_place else output
-        if not in_place and target.exists() and not force:
-            raise SourceError(str(target), "exists; choose another -o or pass --force")
-        if in_place:
-            backup = files.backup_path(copy)
-            if backup.exists() and not force:
-                raise SourceError(str(backup), "backup exists already; move it away or pass --force")
-            files.copy_backup(copy, backup)
-        try:
-            files.atomic_write(target, original, mode_from=copy)
-        except OSError as exc:
-            raise SourceError(str(target), f"cannot write: {exc.strerror or exc}") from None
-        report.changed_file(f"wrote {target}: {copy} without autoitt's markers")
-
-    _run_guarded(report, run)
-    sys.exit(int(report.exit_code))
+    tally = Tally()
+    write_back = WriteBack.IN_PLACE if in_place else WriteBack.WRITE if output is not None else WriteBack.STDOUT
+    _run_guarded(tally, lambda: write_original(tally, copy, write_back, output, force))
+    sys.exit(int(tally.exit_code))
 
 
 def _parse_analyses(ctx: click.Context, param: click.Parameter, value: Optional[str]):
-    from .vtune_cli import ANALYSES, parse_analyses
+    from .options import parse_analyses
 
     try:
         return parse_analyses(value) if value is not None else tuple(ANALYSES)
@@ -391,7 +224,7 @@ def _parse_analyses(ctx: click.Context, param: click.Parameter, value: Optional[
 
 def _parse_shell_words(ctx: click.Context, param: click.Parameter, values: Tuple[str, ...]) -> Tuple[str, ...]:
     """Each value split as a shell would: `--launcher "mpirun -n 4"`, `--vtune-arg "-knob sampling-interval=5"`."""
-    from .vtune_cli import split_args
+    from .options import split_args
 
     try:
         words = split_args(values)
@@ -409,8 +242,6 @@ _VTUNE_FLAGS = (("analysis", "--analysis"), ("vtune_args", "--vtune-arg"), ("sam
 
 def _vtune_options(command):
     """The options of the VTune backend (``autoitt profile``); ignored, with a note, by the built-in one."""
-    from .vtune_cli import DEFAULT_DATA_LIMIT_MB, SAMPLING_MODES
-
     for option in reversed([
         click.option("--analysis", metavar="LIST", callback=_parse_analyses,
                      help="VTune analyses to run, in this order: hotspots,uarch (uarch = uarch-exploration with "
@@ -437,7 +268,7 @@ def _vtune_options(command):
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-r", "--result-dir", type=click.Path(path_type=Path),
               help="Folder for the results (must be new or empty). Default: autoitt-results/<stem>-<n>/.")
-@click.option("--backend", type=click.Choice(["auto", "builtin", "vtune"]), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
@@ -472,39 +303,35 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     """
     from click.core import ParameterSource
 
-    from .vtune_cli import VTuneOptions
+    from .options import ProfileOptions
 
-    mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
-    vtune = VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
-                         extra_args=vtune_args, launcher=launcher)
     context = click.get_current_context()
-    vtune_given = [flag for name, flag in _VTUNE_FLAGS
-                   if context.get_parameter_source(name) is ParameterSource.COMMANDLINE]
-    report = Report(quiet=as_json)
-    outcome = {}
+    options = ProfileOptions(
+        mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels), backend=backend,
+        result_dir=result_dir, json_output=as_json,
+        vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
+                           extra_args=vtune_args, launcher=launcher),
+        vtune_flags_given=tuple(flag for name, flag in _VTUNE_FLAGS
+                                if context.get_parameter_source(name) is ParameterSource.COMMANDLINE))
+    tally = Tally(quiet=as_json)
+    ended = {}
 
     def run() -> None:
-        from .profiling import analyse, profile as run_profile
-        from .summary import console_for_stdout, render
+        from .profiling import profile as run_profile
 
-        folder, info = run_profile(script, args, mode, result_dir, backend, report.note, stdout_to_stderr=as_json,
-                                   vtune_options=vtune, vtune_flags_given=vtune_given)
-        summary = analyse(folder, info)
-        if as_json:
-            click.echo(json.dumps(summary.to_json(), indent=2))
-        else:
-            render(summary, console_for_stdout(), script=str(script), backend=info.backend,
-                   result_dir=folder, own_domain=info.domain)
-        outcome["exit"] = info.exit_code
-        if info.exit_code:
-            report.input_error(f"{script} exited with code {info.exit_code} (results so far are in {folder}/)")
+        done = run_profile(script, args, options, tally.note)
+        summary = _show(done, as_json)
+        ended["exit"] = done.record.exit_code
+        if done.record.exit_code:
+            tally.input_error(f"{script} exited with code {done.record.exit_code} "
+                              f"(results so far are in {done.folder}/)")
         elif summary.vtune is not None and summary.vtune.failed:
-            report.input_error(f"VTune could not complete: {', '.join(summary.vtune.failed)} (see above); "
-                               f"what did complete is in {folder}/")
+            tally.input_error(f"VTune could not complete: {', '.join(summary.vtune.failed)} (see above); "
+                              f"what did complete is in {done.folder}/")
 
-    _run_guarded(report, run)
-    code = outcome.get("exit")
-    sys.exit(code if code else int(report.exit_code))
+    _run_guarded(tally, run)
+    code = ended.get("exit")
+    sys.exit(code if code else int(tally.exit_code))
 
 
 @cli.command(epilog=_EPILOG)
@@ -512,23 +339,28 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def report(result_dir: Path, as_json: bool) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR)."""
-    outcome = Report(quiet=as_json)
+    tally = Tally(quiet=as_json)
 
     def run() -> None:
-        from .profiling import analyse
-        from .results import RunInfo
-        from .summary import console_for_stdout, render
+        from .profiling import load
 
-        info = RunInfo.load(result_dir)
-        summary = analyse(result_dir, info)
-        if as_json:
-            click.echo(json.dumps(summary.to_json(), indent=2))
-        else:
-            render(summary, console_for_stdout(), script=info.script, backend=info.backend,
-                   result_dir=result_dir, own_domain=info.domain)
+        _show(load(result_dir), as_json)
 
-    _run_guarded(outcome, run)
-    sys.exit(int(outcome.exit_code))
+    _run_guarded(tally, run)
+    sys.exit(int(tally.exit_code))
+
+
+def _show(done, as_json: bool):
+    """Read a profile's results, print them (as JSON, or for a person); returns the summary."""
+    summary = done.summarize()
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        from .console import console_for_stdout
+
+        done.backend.render(summary, console_for_stdout(), script=done.record.script, result_dir=done.folder,
+                            instrumentation=done.instrumentation)
+    return summary
 
 
 def main() -> None:

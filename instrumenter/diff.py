@@ -11,19 +11,9 @@ that ``patch`` can apply.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import List
 
 import click
-
-STYLES = ("markers", "unified")
-
-
-@dataclass(frozen=True)
-class DiffStats:
-    inserted: int
-    removed: int
-    reindented: int
 
 
 def _lines(text: str) -> List[str]:
@@ -34,19 +24,17 @@ def unified_diff(original: str, instrumented: str, from_name: str, to_name: str,
     return "".join(difflib.unified_diff(_lines(original), _lines(instrumented), from_name, to_name, n=context))
 
 
-def marker_diff(original: str, instrumented: str, from_name: str, to_name: str, context: int = 3) -> tuple:
-    """A unified-style diff that ignores indentation; returns ``(text, DiffStats)``."""
+def marker_diff(original: str, instrumented: str, from_name: str, to_name: str, context: int = 3) -> str:
+    """A unified-style diff that ignores indentation; re-indented lines are context, counted in a last line."""
     before, after = _lines(original), _lines(instrumented)
     matcher = difflib.SequenceMatcher(
         None, [line.strip() for line in before], [line.strip() for line in after], autojunk=False
     )
     out = [f"--- {from_name}\n", f"+++ {to_name}\n"]
-    inserted = removed = reindented = 0
+    inserted = reindented = 0
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             reindented += sum(1 for a, b in zip(before[i1:i2], after[j1:j2]) if a != b)
-        if tag in ("replace", "delete"):
-            removed += i2 - i1
         if tag in ("replace", "insert"):
             inserted += j2 - j1
     for group in matcher.get_grouped_opcodes(context):
@@ -60,15 +48,18 @@ def marker_diff(original: str, instrumented: str, from_name: str, to_name: str, 
                 out.extend("-" + line for line in before[a1:a2])
             if tag in ("replace", "insert"):
                 out.extend("+" + line for line in after[b1:b2])
-    stats = DiffStats(inserted, removed, reindented)
     if len(out) == 2:
-        return "", stats
+        return ""
     if reindented:
         out.append(
             f"# {inserted} line(s) inserted; {reindented} line(s) only re-indented, shown as context "
             "(--diff-style unified shows every changed line)\n"
         )
-    return "".join(out), stats
+    return "".join(out)
+
+
+#: The diff styles of ``--diff-style``, by name.
+STYLES = {"markers": marker_diff, "unified": unified_diff}
 
 
 def colorize(diff: str) -> str:

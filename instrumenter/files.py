@@ -1,8 +1,11 @@
-"""Reading scripts and writing copies without ever losing the user's work.
+"""Reading scripts and writing outputs without ever losing the user's work.
 
-Writes are atomic (a temporary file in the target's folder, then a rename),
-keep the permission bits of the script, and never replace a file autoitt did
-not write unless the user said so.
+Every file autoitt writes goes through :func:`write_outputs`: it refuses what
+is in the way (for every output, before writing any), keeps a backup when a
+file is rewritten in place, and writes atomically (a temporary file in the
+target's folder, then a rename) with the permission bits of the file the
+output was made from. What a command does with its result at all is its
+:class:`WriteBack`.
 """
 
 from __future__ import annotations
@@ -11,13 +14,58 @@ import os
 import shutil
 import stat
 import tempfile
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from transforms import INSTRUMENTED_MARKER, SourceError
 
 #: How much of an existing file is read to tell whether autoitt wrote it.
 _SNIFF_BYTES = 1 << 16
+
+
+class OutputError(Exception):
+    """An output autoitt cannot or must not write (a file in the way, a missing folder, a full disk).
+
+    Apart from :class:`~transforms.SourceError` (the input is wrong); both are
+    the user's to fix, and exit 2.
+    """
+
+    def __init__(self, path: object, message: str) -> None:
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
+class WriteBack(Enum):
+    """What a command does with its result, in black's spirit."""
+
+    WRITE = "write"        # write a new file (the copy)
+    IN_PLACE = "in-place"  # replace the file itself, keeping a backup
+    DIFF = "diff"          # print what would change, write nothing
+    CHECK = "check"        # write nothing; the exit code says whether something would change
+    STDOUT = "stdout"      # print the result
+
+    @classmethod
+    def from_flags(cls, *, check: bool = False, diff: bool = False, in_place: bool = False) -> "WriteBack":
+        if diff:
+            return cls.DIFF
+        if check:
+            return cls.CHECK
+        return cls.IN_PLACE if in_place else cls.WRITE
+
+    @property
+    def writes(self) -> bool:
+        return self in (WriteBack.WRITE, WriteBack.IN_PLACE)
+
+
+@dataclass(frozen=True)
+class Replaceable:
+    """Which existing files an output may replace without ``--force``, and what to say of the others."""
+
+    allows: Callable[[Path], bool]
+    refusal: str
 
 
 def read_script(path: Path) -> bytes:
@@ -55,11 +103,80 @@ def written_by_autoitt(path: Path) -> bool:
     return INSTRUMENTED_MARKER.encode("ascii") in head
 
 
+#: ``instrument``: a copy autoitt wrote earlier is replaced; anything else needs --force.
+AUTOITT_COPIES = Replaceable(written_by_autoitt, "exists and was not written by autoitt; choose another -o or pass --force")
+#: ``strip``: nothing is replaced without --force.
+NOTHING = Replaceable(lambda path: False, "exists; choose another -o or pass --force")
+
+
 def same_file(a: Path, b: Path) -> bool:
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+@dataclass(frozen=True)
+class Output:
+    """New bytes for ``target``, made from ``source`` (whose permission bits they get).
+
+    ``in_place``: ``target`` is ``source`` itself, rewritten; a backup is kept
+    as ``<target>.orig``. Otherwise ``source`` is never written.
+    """
+
+    target: Path
+    data: bytes
+    source: Path
+    in_place: bool = False
+
+
+def write_outputs(outputs: Sequence[Output], *, force: bool = False, replaceable: Replaceable = AUTOITT_COPIES,
+                  make_folders: bool = False) -> None:
+    """Refuse, back up and write atomically, in that order; every refusal comes before any write.
+
+    ``make_folders``: create missing folders (``-o DIR/``); otherwise a missing
+    folder is refused. Raises :class:`OutputError`; on a failed write, the
+    target keeps its old content and a fresh backup is removed again.
+    """
+    for output in outputs:
+        _refuse(output, force, replaceable, make_folders)
+    for output in outputs:
+        _write(output, make_folders)
+
+
+def _refuse(output: Output, force: bool, replaceable: Replaceable, make_folders: bool) -> None:
+    target = output.target
+    if output.in_place:
+        if backup_path(target).exists() and not force:
+            raise OutputError(backup_path(target), "backup exists already; move it away or pass --force")
+        return
+    if same_file(target, output.source):
+        raise OutputError(target, "is the script itself; choose another -o, or use --in-place to rewrite "
+                                  "the script (a backup is kept)")
+    if not make_folders and not target.parent.is_dir():
+        raise OutputError(target, f"cannot write: folder {target.parent} does not exist")
+    if target.is_dir():
+        raise OutputError(target, "is a directory; give a file name for the copy")
+    if target.exists() and not force and not replaceable.allows(target):
+        raise OutputError(target, replaceable.refusal)
+
+
+def _write(output: Output, make_folders: bool) -> None:
+    target = output.target
+    backup = backup_path(target) if output.in_place else None
+    try:
+        if backup is not None:
+            copy_backup(target, backup)
+        elif make_folders:
+            target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(backup or target.parent, f"cannot write: {exc.strerror or exc}") from None
+    try:
+        atomic_write(target, output.data, mode_from=output.source)
+    except OSError as exc:
+        if backup is not None:
+            backup.unlink()  # the file is untouched, so its fresh backup goes too
+        raise OutputError(target, f"cannot write: {exc.strerror or exc}") from None
 
 
 def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:

@@ -1,216 +1,135 @@
-"""``autoitt profile``: rewrite a copy into a result folder, run it, read the results back.
+"""``autoitt profile`` and ``autoitt report``: the profiling pipeline from a script to its summary.
 
-parse -> detect -> plan -> rewrite (transforms) -> run (a backend) -> read
-results (tracefile, analysis) -> report (summary). The built-in backend runs
-the copy with autoitt's own ITT collector; the VTune backend runs it under
-``vtune``.
+instrument (:mod:`instrumenter.project`, into the result folder) -> record
+what the rewrite decided (``instrumentation.json``) -> run the copy through
+the launcher under one backend -> record how the run went (``run.json``) ->
+the backend reads its results into a :class:`~instrumenter.summary.Summary`
+-> the backend renders it. ``report`` starts again from the two records.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from transforms import Mode, Outcome, Result, SourceError
+from transforms import Outcome, SourceError
 
-from . import files
-from .results import RunInfo, new_result_dir
+from . import files, launch
+from .backend import Backend, Job, Say
+from .builtin import BuiltinBackend
+from .files import Output
+from .instrumentation import FileRecord, Instrumentation, digest
+from .options import ProfileOptions
+from .project import ProjectFile, load_project
+from .results import RunRecord, new_result_dir
+from .vtune import VTuneBackend, find_vtune
 
-BACKENDS = ("auto", "builtin", "vtune")
-TRACE_SUBDIR = "itt"
-
-
-def find_vtune() -> Optional[Path]:
-    """The ``vtune`` executable: on PATH, under $VTUNE_PROFILER_DIR, or under $ONEAPI_ROOT."""
-    found = shutil.which("vtune")
-    if found:
-        return Path(found)
-    candidates = []
-    if os.environ.get("VTUNE_PROFILER_DIR"):
-        candidates.append(Path(os.environ["VTUNE_PROFILER_DIR"]) / "bin64" / "vtune")
-    if os.environ.get("ONEAPI_ROOT"):
-        candidates.append(Path(os.environ["ONEAPI_ROOT"]) / "vtune" / "latest" / "bin64" / "vtune")
-    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+#: The backends by the name ``run.json`` records.
+BACKENDS: Dict[str, type] = {backend.name: backend for backend in (BuiltinBackend, VTuneBackend)}
 
 
-def choose_backend(requested: str) -> Tuple[str, str]:
-    """(backend, one line saying which and why)."""
-    if requested == "builtin":
-        return "builtin", "built-in ITT collector (--backend builtin)"
+def choose_backend(requested: str) -> Tuple[Backend, str]:
+    """The backend for ``--backend auto|builtin|vtune``, and one line saying which and why."""
+    if requested == BuiltinBackend.name:
+        return BuiltinBackend(), "built-in ITT collector (--backend builtin)"
     vtune = find_vtune()
-    if requested == "vtune":
+    if requested == VTuneBackend.name:
         if vtune is None:
             raise SourceError("vtune", "not found on PATH, under $VTUNE_PROFILER_DIR or $ONEAPI_ROOT; "
                                        "install Intel VTune Profiler or use --backend builtin")
-        return "vtune", f"VTune at {vtune} (--backend vtune)"
+        return VTuneBackend(vtune), f"VTune at {vtune} (--backend vtune)"
     if vtune is not None:
-        return "vtune", f"VTune found at {vtune}"
-    return "builtin", "built-in ITT collector (no vtune on PATH, $VTUNE_PROFILER_DIR or $ONEAPI_ROOT)"
+        return VTuneBackend(vtune), f"VTune found at {vtune}"
+    return BuiltinBackend(), "built-in ITT collector (no vtune on PATH, $VTUNE_PROFILER_DIR or $ONEAPI_ROOT)"
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """The copy to run and what the rewrite decided."""
+class Profile:
+    """One profiled run, as the result folder records it: what to read and how to show it."""
 
-    result: Result
-    copy: Path
-    step_labels: List[str]
-    start_paused: bool
-    notes: List[str]
-    #: JSON mapping for the launcher's import hook, when imported modules were instrumented
-    modules: Optional[Path] = None
-    domains: List[str] = field(default_factory=list)
+    folder: Path
+    record: RunRecord
+    instrumentation: Instrumentation
+    backend: Backend
 
-
-def prepare(script: Path, mode: Mode, folder: Path) -> Prepared:
-    """Instrument ``script`` and the local modules it imports into ``folder``.
-
-    Beside the copy: ``instrument.diff`` (every file), ``loops.json`` (with
-    each region's ``path``) and, when imported modules were instrumented,
-    ``modules/`` with their copies and ``modules.json`` for the launcher's
-    import hook (the user's folder is never written to).
-    """
-    from .diff import marker_diff
-    from .project import load_project
-
-    project = load_project(script, mode)
-    result = project.entry.result
-    notes = project.messages()
-    loops = [{**r.to_json(), "path": item.relative} for item in project.files for r in item.result.detection.regions]
-    (folder / "loops.json").write_text(json.dumps(loops, indent=2) + "\n")
-    copy = folder / f"{script.stem}_itt.py"
-    diffs = []
-    for item in project.instrumented:
-        target = copy if item is project.entry else folder / "modules" / item.relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(target, item.result.output, mode_from=item.path)
-        text, _ = marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
-                              str(item.path), str(target))
-        diffs.append(text)
-    if diffs:
-        (folder / "instrument.diff").write_text("".join(diffs))
-    copies = {str(item.path.resolve()): str((folder / "modules" / item.relative).resolve())
-              for item in project.instrumented if item is not project.entry}
-    if copies:
-        (folder / "modules.json").write_text(json.dumps(copies, indent=2) + "\n")
-    if result.outcome is Outcome.INSTRUMENTED:
-        start_paused = True
-    else:
-        shutil.copy2(script, copy)
-        # Already instrumented (its own resume/pause decide), or a module controls
-        # collection; else nothing to mark: collect the whole run, so framework tasks still show.
-        start_paused = result.outcome is Outcome.ALREADY_INSTRUMENTED or bool(copies)
-        if not project.instrumented and result.outcome is Outcome.NOTHING_TO_DO:
-            notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
-    labels = sorted({r["label"] for r in loops if r["role"] == "step"})
-    return Prepared(result, copy, labels, start_paused, notes,
-                    folder / "modules.json" if copies else None,
-                    sorted({mode.domain_for(Path(item.relative).stem) for item in project.instrumented}))
+    def summarize(self):
+        return self.backend.read(self.folder, self.record, self.instrumentation)
 
 
-def launch_command(copy: Path, script: Path, args: Sequence[str]) -> List[str]:
-    """The target command: the same interpreter, through the launcher that makes the copy act as ``script``."""
-    return [sys.executable, "-m", "instrumenter.launch", str(copy), str(script), *args]
-
-
-def run_builtin(command: List[str], trace_dir: Path, start_paused: bool,
-                stdout_to_stderr: bool = False) -> Tuple[int, float]:
-    """Run the target with the built-in collector; returns (exit code, elapsed seconds).
-
-    ``stdout_to_stderr`` keeps autoitt's stdout for machine-readable output.
-    """
-    from .collector import environment
-
-    env = dict(os.environ)
-    env.update(environment(trace_dir, start_paused))
-    started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdout=sys.stderr.fileno() if stdout_to_stderr else None)
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        # The target got the same SIGINT; let it finish writing what it recorded.
-        code = process.wait()
-    return code, time.perf_counter() - started
-
-
-def profile(script: Path, args: Sequence[str], mode: Mode, result_dir: Optional[Path], backend: str,
-            say, stdout_to_stderr: bool = False, vtune_options=None,
-            vtune_flags_given: Sequence[str] = ()) -> Tuple[Path, RunInfo]:
-    """Prepare, run and record one profile; returns the folder and the run's info.
-
-    ``vtune_options`` (a :class:`~instrumenter.vtune_cli.VTuneOptions`) apply to the VTune backend only;
-    ``vtune_flags_given`` names those the user typed, to say they are ignored by the built-in one.
-    """
+def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say) -> Profile:
+    """Instrument, run and record one profile into a new result folder."""
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
-    folder = new_result_dir(script, result_dir)
-    chosen, why = choose_backend(backend)
+    folder = new_result_dir(script, options.result_dir)
+    backend, why = choose_backend(options.backend)
     say(f"backend: {why}")
-    prepared = prepare(script, mode, folder)
-    for note in prepared.notes:
+    instrumentation, notes = prepare(script, options, folder)
+    for note in notes:
         say(note)
-    command = launch_command(prepared.copy, script, args)
-    info = RunInfo(script=str(script), copy=str(prepared.copy), args=list(args), backend=chosen, command=command,
-                   domain=mode.domain_for(script.stem), step_labels=prepared.step_labels,
-                   start_paused=prepared.start_paused, notes=prepared.notes, domains=prepared.domains)
-    if prepared.modules is not None:
-        from .launch import MODULES_VARIABLE
-
-        # Inherited by the target (through VTune too); the launcher pops it.
-        os.environ[MODULES_VARIABLE] = str(prepared.modules)
-    info.save(folder)
-    if chosen == "vtune":
-        from . import vtune_backend
-        from .vtune_cli import VTuneConfig, VTuneOptions
-
-        config = VTuneConfig(vtune=str(find_vtune()), target=tuple(command), copy=prepared.copy, script=script,
-                             results=folder, start_paused=prepared.start_paused,
-                             options=vtune_options or VTuneOptions())
-        started = time.perf_counter()
-        runs = vtune_backend.run(config, folder, say, stdout_to_stderr)
-        info.elapsed_s = time.perf_counter() - started
-        info.exit_code = vtune_backend.script_exit_code(runs)
-        info.save(folder)
-        return folder, info
-    if vtune_flags_given:
-        say(f"{', '.join(vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
-    say(f"running {script} ({prepared.copy.name}) with the built-in collector; results in {folder}/")
-    info.exit_code, info.elapsed_s = run_builtin(command, folder / TRACE_SUBDIR, prepared.start_paused,
-                                                 stdout_to_stderr)
-    info.save(folder)
-    return folder, info
+    copy = Path(instrumentation.entry.runs)
+    command = launch.command(copy, script, args, folder / "instrumentation.json")
+    record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
+                       command=command, notes=notes)
+    record.save(folder)  # before the run, so a run that never ends can still be reported
+    finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
+    record = record.ended(finished.exit_code, finished.elapsed_s)
+    record.save(folder)
+    return Profile(folder, record, instrumentation, backend)
 
 
-def analyse(folder: Path, info: RunInfo):
-    """Read the recorded files and write trace.json, summary.json and steps.svg; returns the Summary.
+def load(folder: Path) -> Profile:
+    """An earlier run, from its result folder (``autoitt report``)."""
+    record = RunRecord.load(folder)
+    backend = BACKENDS.get(record.backend)
+    if backend is None:
+        raise SourceError(str(folder), f"recorded with an unknown backend {record.backend!r}")
+    return Profile(folder, record, Instrumentation.load(folder), backend())
 
-    For the VTune backend: read its saved reports and write summary.json.
+
+def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instrumentation, List[str]]:
+    """Instrument ``script`` and the local modules it imports into ``folder``; (the record, notes).
+
+    Beside the copy: ``modules/`` with the copies of local modules (the user's
+    folder is never written to), ``instrument.diff`` (every file),
+    ``loops.json`` and ``instrumentation.json``.
     """
-    if info.backend == "vtune":
-        from . import vtune_backend
+    from .diff import marker_diff
 
-        return vtune_backend.analyse(folder, info)
-    from . import chrome_trace
-    from .analysis import intervals, summarize
-    from .plot import step_time_svg
-    from .tracefile import read_trace_dir
+    project = load_project(script, options.mode)
+    notes = project.messages()
+    entry = project.entry.result
+    copy = folder / f"{script.stem}_itt.py"
+    targets = {id(item): copy if item is project.entry else folder / "modules" / item.relative
+               for item in project.instrumented}
+    outputs = [Output(targets[id(item)], item.result.output, item.path) for item in project.instrumented]
+    if entry.outcome is not Outcome.INSTRUMENTED:
+        # Already instrumented (its own resume/pause decide), or nothing to mark: it runs as it is.
+        outputs.append(Output(copy, entry.source.data, script))
+    files.write_outputs(outputs, make_folders=True)
+    diffs = [marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
+                         str(item.path), str(targets[id(item)])) for item in project.instrumented]
+    if diffs:
+        files.atomic_write(folder / "instrument.diff", "".join(diffs).encode())
+    modules_instrumented = any(item is not project.entry for item in project.instrumented)
+    if not project.instrumented and entry.outcome is Outcome.NOTHING_TO_DO:
+        notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
+    # Collection starts paused when a copy resumes it: the script's markers, a module's, or its own hand-made
+    # ones. Otherwise the whole run is collected, so framework tasks still show.
+    start_paused = entry.outcome is not Outcome.NOTHING_TO_DO or modules_instrumented
+    records = [_record(item, targets.get(id(item)) or (copy if item is project.entry else None))
+               for item in project.files]
+    instrumentation = Instrumentation(str(script), start_paused, tuple(records))
+    files.atomic_write(folder / "loops.json", (json.dumps(instrumentation.regions, indent=2) + "\n").encode())
+    instrumentation.save(folder)
+    return instrumentation, notes
 
-    trace_dir = folder / TRACE_SUBDIR
-    traces = read_trace_dir(trace_dir) if trace_dir.is_dir() else []
-    summary = summarize(traces, info.elapsed_s, info.step_labels, info.domains or [info.domain], info.start_paused)
-    if not traces:
-        summary.warnings.append("the collector wrote no trace file: no process of the run loaded it "
-                                "(was ittapi imported? did the script start?)")
-    items, _ = intervals(traces)
-    script_name = Path(info.script).name
-    (folder / "trace.json").write_text(json.dumps(chrome_trace.build(traces, items, script_name)))
-    (folder / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-    (folder / "steps.svg").write_text(step_time_svg(summary.steps, f"Step time, {script_name}"))
-    return summary
+
+def _record(item: ProjectFile, runs) -> FileRecord:
+    result = item.result
+    return FileRecord(path=str(item.path.resolve()), relative=item.relative, module=item.module,
+                      runs=str(runs.resolve()) if runs is not None else None, outcome=result.outcome.value,
+                      domain=result.domain, step_labels=result.step_labels, window=result.plan.windowed,
+                      sha256=digest(result.source.data), regions=tuple(r.to_json() for r in result.regions),
+                      line_map=result.line_map)

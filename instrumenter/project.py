@@ -6,18 +6,18 @@ resolves to a ``.py`` file under the entry's folder is followed (absolute
 imports from that folder, relative imports inside its packages, aliases
 alike); installed packages are never touched. Each file is instrumented on
 its own; only the entry script's regions control collection when it has any
-(see ``Mode.collection_control``).
+(see ``controls_collection`` in :func:`transforms.instrument`). Each file is
+read and parsed once, here, and handed to the instrumenter as parsed.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
-from transforms import Mode, Outcome, Result, Source, SourceError, instrument_source, parse_source
+from transforms import Mode, Outcome, Result, Source, SourceError, instrument, parse_source
 
 from . import files
 
@@ -148,13 +148,13 @@ def load_project(entry: Path, mode: Mode) -> Project:
     """Instrument ``entry`` and the local modules it imports (transitively); writes nothing."""
     local, notes = discover(entry)
     first = local[0]
-    entry_result = instrument_source(first.source.data, str(entry), mode, stem=entry.stem)
-    controls = any(r.outermost for r in entry_result.detection.regions)
+    entry_result = instrument(first.source, mode, stem=entry.stem)
     # Only the entry script's own regions resume and pause when it has any.
-    module_mode = dataclasses.replace(mode, collection_control=not controls, labels=())
+    modules_control = not any(r.outermost for r in entry_result.regions)
     modules = [
         ProjectFile(item.path, item.relative, item.module,
-                    instrument_source(item.source.data, item.relative, module_mode, stem=item.path.stem))
+                    instrument(item.source, mode, stem=item.path.stem, controls_collection=modules_control,
+                               entry=False))
         for item in local[1:]
     ]
     return Project(ProjectFile(entry, entry.name, None, entry_result), tuple(modules), tuple(notes))

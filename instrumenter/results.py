@@ -1,13 +1,17 @@
-"""The result folder of one ``autoitt profile`` run, and what it holds.
+"""The result folder of one ``autoitt profile`` run, and ``run.json``, the record of how the run went.
 
 ``autoitt-results/<stem>-<n>/`` by default (n counts up; a folder that holds
-anything is never reused). Inside: the instrumented copy, ``instrument.diff``,
-``loops.json``, ``run.json`` (how the run went), ``itt/`` (the collector's
-per-process files), ``trace.json``, ``summary.json`` and ``steps.svg``.
+anything is never reused). Inside: the instrumented copy (and ``modules/``
+for the copies of local modules), ``instrument.diff``, ``loops.json``,
+``instrumentation.json`` (what the rewrite decided: see
+:mod:`instrumenter.instrumentation`), ``run.json`` (below), then what the
+backend writes: ``itt/``, ``trace.json``, ``summary.json`` and ``steps.svg``
+(built-in), or ``hotspots/``, ``uarch/``, ``csv/``, ``vtune.json`` (VTune).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,29 +23,33 @@ RUN_FILE = "run.json"
 DEFAULT_ROOT = Path("autoitt-results")
 
 
-@dataclass
-class RunInfo:
-    """What ``autoitt report`` needs to rebuild the summary later."""
+@dataclass(frozen=True)
+class RunRecord:
+    """How the run went: what ran, with which backend, and how it ended.
+
+    ``autoitt profile`` writes it when the run starts (``exit_code`` null), so
+    even a run that never finishes can be reported, and again when it ends.
+    """
 
     script: str
     copy: str
     args: List[str]
     backend: str
     command: List[str]
-    domain: str
-    step_labels: List[str]
-    start_paused: bool
+    notes: List[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     exit_code: Optional[int] = None
-    notes: List[str] = field(default_factory=list)
-    #: every ITT domain autoitt's markers used (entry script and instrumented modules)
-    domains: List[str] = field(default_factory=list)
+
+    def ended(self, exit_code: Optional[int], elapsed_s: float) -> "RunRecord":
+        return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s)
 
     def save(self, folder: Path) -> None:
-        (folder / RUN_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+        from .files import atomic_write
+
+        atomic_write(folder / RUN_FILE, (json.dumps(asdict(self), indent=2) + "\n").encode())
 
     @classmethod
-    def load(cls, folder: Path) -> "RunInfo":
+    def load(cls, folder: Path) -> "RunRecord":
         path = folder / RUN_FILE
         if not path.is_file():
             raise SourceError(str(folder), f"not an autoitt result folder (no {RUN_FILE})")

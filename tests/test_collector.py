@@ -3,7 +3,7 @@
 Every test runs a Python subprocess with the environment from
 ``instrumenter.collector.environment`` (so the ITT static parts of ittapi,
 torch and TensorFlow load the collector built with the package) and reads what
-it wrote with ``instrumenter.tracefile``.
+it wrote with ``instrumenter.builtin.tracefile``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from instrumenter.collector import environment, library_path
-from instrumenter.tracefile import Event, ProcessTrace, TraceFormatError, read_trace_dir, read_trace_file
+from instrumenter.builtin.tracefile import Event, ProcessTrace, TraceFormatError, read_trace_dir, read_trace_file
 
 ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")
 

@@ -1,109 +1,91 @@
-"""Lines of an instrumented copy map back to the lines of the original script.
+"""Lines of an instrumented copy map back to the lines of the original script, exactly.
 
-VTune reports the copy's lines (it ran the copy); autoitt shows the original's.
+The rewrite records every line it inserts; every other line of the copy is
+the next line of the original. Profilers and tracebacks see the copy, autoitt
+shows the original.
 """
 
 from __future__ import annotations
 
-import textwrap
+import re
 
 import pytest
 
-from instrumenter.linemap import build
-from tests.conftest import GOLDEN, SCRIPTS, script_id
+from tests.conftest import SCRIPTS, script_id
+from transforms import LineMap, Mode, instrument_source
 
-ORIGINAL = textwrap.dedent(
-    """\
-    import torch
-    model = make()
-    for batch in loader:
-        loss = model(batch)
-        loss.backward()
-    print("done")
-    """
-)
-
-COPY = textwrap.dedent(
-    """\
-    import torch
-    import ittapi.compat as itt
-    _autoitt_domain = itt.domain_create("autoitt.train")
-    model = make()
-    itt.resume()
-    try:
-        for batch in loader:
-            itt.task_begin(_autoitt_domain, "step")
-            try:
-                loss = model(batch)
-                loss.backward()
-            finally:
-                itt.task_end(_autoitt_domain)
-    finally:
-        itt.pause()
-    print("done")
-    """
-)
-
-#: The step loop of ORIGINAL: lines 3-5.
-REGIONS = [(3, 5)]
+STEP_LOOP = b"import torch\nmodel = make()\nfor batch in loader:\n    loss = model(batch)\n    loss.backward()\nprint('done')\n"
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
-def test_original_lines_map_to_themselves_even_when_reindented():
-    lines = build(ORIGINAL, COPY, REGIONS)
-    assert [lines.original_line(n) for n in (1, 4, 7, 10, 11, 16)] == [1, 2, 3, 4, 5, 6]
+def assert_exact(original: bytes, copy: bytes, line_map: LineMap, encoding: str = "utf-8") -> None:
+    """Every copy line not inserted is the next original line (re-indented at most), in order; all are used."""
+    before = _NEWLINE.split(original.decode(encoding))
+    after = _NEWLINE.split(copy.decode(encoding))
+    assert line_map.copy_lines == len(after) - (after[-1] == "")
+    assert line_map.original_lines == len(before) - (before[-1] == "")
+    seen = []
+    for number in range(1, line_map.copy_lines + 1):
+        shown = line_map.original_line(number)
+        assert 1 <= shown <= line_map.original_lines
+        if not line_map.is_inserted(number):
+            assert after[number - 1].strip() == before[shown - 1].strip(), (number, after[number - 1])
+            seen.append(shown)
+    assert seen == list(range(1, line_map.original_lines + 1))
 
 
-def test_markers_before_a_line_map_to_the_line_they_precede():
-    lines = build(ORIGINAL, COPY, REGIONS)
-    assert [lines.original_line(n) for n in (2, 3)] == [2, 2]  # the import and domain go with `model = ...`
-    assert [lines.original_line(n) for n in (5, 6)] == [3, 3]  # resume and try go with the `for`
-    assert [lines.original_line(n) for n in (8, 9)] == [4, 4]  # task_begin and try go with the body's first line
+@pytest.mark.parametrize("script", SCRIPTS, ids=script_id)
+def test_every_line_of_a_real_copy_is_an_original_line_or_an_inserted_one(script):
+    result = instrument_source(script.read_bytes(), script.name)
+    assert_exact(script.read_bytes(), result.output, result.line_map)
+    for number, text in enumerate(result.output.decode().splitlines(), start=1):
+        if result.line_map.is_inserted(number):
+            assert "itt" in text or text.strip() in ("try:", "finally:", ""), (number, text)
 
 
-def test_markers_closing_a_region_map_to_the_regions_line():
-    lines = build(ORIGINAL, COPY, REGIONS)
-    assert [lines.original_line(n) for n in (12, 13, 14, 15)] == [3, 3, 3, 3]
+def test_the_lines_inserted_for_a_loop_show_as_the_loops_line():
+    result = instrument_source(STEP_LOOP, "train.py", Mode(torch_ops=False))
+    copy = result.output.decode().splitlines()
+    inserted = [n for n in range(1, len(copy) + 1) if result.line_map.is_inserted(n)]
+    markers = [n for n in inserted if copy[n - 1].strip() not in ("", ) and "domain_create" not in copy[n - 1]
+               and "import" not in copy[n - 1] and not copy[n - 1].startswith("#")]
+    assert markers and {result.line_map.original_line(n) for n in markers} == {3}
 
 
-def test_without_regions_closing_markers_map_to_the_next_line():
-    lines = build(ORIGINAL, COPY)
-    assert lines.original_line(13) == 6
+def test_header_lines_show_as_the_line_they_were_inserted_before():
+    result = instrument_source(STEP_LOOP, "train.py")
+    copy = result.output.decode().splitlines()
+    header = [n for n, text in enumerate(copy, start=1)
+              if "import ittapi" in text or "domain_create" in text or "autoitt: instrumented" in text]
+    assert [result.line_map.is_inserted(n) for n in header] == [True, True, True]
+    assert [result.line_map.original_line(n) for n in header] == [2, 2, 2]
 
 
-def test_markers_after_the_last_line_map_to_the_last_line():
-    lines = build("a = 1\nb = 2\n", "a = 1\nb = 2\nitt.pause()\n")
-    assert lines.original_line(3) == 2
+def test_a_script_with_nothing_to_instrument_maps_every_line_to_itself():
+    result = instrument_source(b"a = 1\nb = 2\n", "plain.py")
+    assert result.line_map == LineMap.identity(2)
+    assert [result.line_map.original_line(n) for n in (1, 2)] == [1, 2]
+
+
+@pytest.mark.parametrize("before", [b"x = 1\n\x0c\n", "s = '\u2028'\n".encode(), b"x = 1\r\n"],
+                         ids=["form-feed", "u2028-in-string", "crlf"])
+def test_lines_are_numbered_as_python_numbers_them(before):
+    source = before + STEP_LOOP.replace(b"\n", b"\r\n" if b"\r\n" in before else b"\n")
+    result = instrument_source(source, "separators.py")
+    assert_exact(source, result.output, result.line_map)
 
 
 def test_lines_outside_the_copy_have_no_original():
-    lines = build(ORIGINAL, COPY)
-    assert lines.original_line(0) is None
-    assert lines.original_line(len(COPY.splitlines()) + 1) is None
+    result = instrument_source(STEP_LOOP, "train.py")
+    assert result.line_map.original_line(0) is None
+    assert result.line_map.original_line(result.line_map.copy_lines + 1) is None
 
 
-def test_an_unchanged_copy_maps_every_line_to_itself():
-    lines = build(ORIGINAL, ORIGINAL)
-    assert lines.original == tuple(range(1, len(ORIGINAL.splitlines()) + 1))
-    assert lines.complete
+def test_the_map_survives_json():
+    line_map = instrument_source(STEP_LOOP, "train.py").line_map
+    assert LineMap.from_json(line_map.to_json()) == line_map
 
 
-def test_a_script_edited_after_profiling_is_flagged_incomplete():
-    edited = ORIGINAL.replace('print("done")', 'print("finished")')
-    lines = build(edited, COPY, REGIONS)
-    assert not lines.complete
-    assert lines.original_line(16) == 6  # still the best guess for the changed line
-
-
-@pytest.mark.parametrize("script", [s for s in SCRIPTS if (GOLDEN / f"{s.stem}_itt.py").exists()], ids=script_id)
-def test_every_line_of_a_real_copy_maps_to_the_same_code_or_is_a_marker(script):
-    original = script.read_text()
-    copy = (GOLDEN / f"{script.stem}_itt.py").read_text()
-    lines = build(original, copy)
-    before = original.splitlines()
-    assert lines.complete
-    for number, text in enumerate(copy.splitlines(), start=1):
-        mapped = before[lines.original_line(number) - 1]
-        marker = ("itt" in text or text.strip() in ("try:", "finally:", "") or text.strip().startswith("#"))
-        assert text.strip() == mapped.strip() or marker, f"copy line {number} {text!r} -> {mapped!r}"
-    mapped_lines = {lines.original_line(n) for n in range(1, len(copy.splitlines()) + 1)}
-    assert mapped_lines == set(range(1, len(before) + 1))
+def test_counts_that_do_not_add_up_are_refused():
+    with pytest.raises(ValueError, match="cannot hold"):
+        LineMap.from_inserted(10, 9, {2: None, 3: 1})

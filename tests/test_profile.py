@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from instrumenter.analysis import intervals
-from instrumenter.tracefile import read_trace_dir
+from instrumenter.builtin.taskstats import intervals
+from instrumenter.builtin.tracefile import read_trace_dir
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow

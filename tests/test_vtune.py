@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 
 from instrumenter.launch import EXIT_DIR_VARIABLE
-from instrumenter.results import RunInfo
-from instrumenter.vtune_backend import _source_mapper, hints, result_dirs
-from instrumenter.vtune_cli import (VTuneConfig, VTuneOptions, collect_command, parse_analyses, report_command,
-                                    split_args)
-from instrumenter.vtune_reports import (FunctionRow, ReportFormatError, error_lines, metric, parse_functions,
-                                        parse_summary, parse_tasks, read_result)
+from instrumenter.options import ProfileOptions, VTuneOptions, parse_analyses, split_args
+from instrumenter.profiling import prepare
+from instrumenter.vtune.collect import hints, result_dirs
+from instrumenter.vtune.commands import VTuneConfig, collect_command, report_command
+from instrumenter.vtune.csv_reports import (FunctionRow, ReportFormatError, error_lines, metric, parse_functions,
+                                            parse_summary, parse_tasks, read_result)
+from instrumenter.vtune.read import source_mapper
+from transforms import Mode
 from tests.conftest import ROOT
 from tests.test_profile import autoitt as run_autoitt
 
@@ -274,26 +276,28 @@ def test_per_rank_and_per_host_result_folders_are_all_found_in_rank_order(tmp_pa
 # -- the copy's lines shown as the original's ------------------------------------------------------------------------
 
 def test_functions_in_the_copy_are_shown_at_the_original_scripts_lines(tmp_path):
-    original = "import sys\n\n\ndef busy(n):\n    return n\n\n\nfor step in range(3):\n    busy(step)\n"
-    copy = ("import sys\nimport ittapi.compat as itt\n_autoitt_domain = itt.domain_create('x')\n\n\n"
-            "def busy(n):\n    return n\n\n\nitt.resume()\nfor step in range(3):\n    busy(step)\nitt.pause()\n")
-    script, copied = tmp_path / "train.py", tmp_path / "out" / "train_itt.py"
-    copied.parent.mkdir()
+    """Rows VTune reports on the copy go through the copy's exact line map (instrumentation.json)."""
+    original = ("import sys\n\n\ndef busy(n):\n    return n\n\n\n"
+                "for step in range(3):\n    busy(step)\n    loss.backward()\n")
+    script, folder = tmp_path / "train.py", tmp_path / "out"
     script.write_text(original)
-    copied.write_text(copy)
-    info = RunInfo(script=str(script), copy=str(copied), args=[], backend="vtune", command=[], domain="x",
-                   step_labels=[], start_paused=True)
-    to_original = _source_mapper(info, [])
+    folder.mkdir()
+    instrumentation, _ = prepare(script, ProfileOptions(mode=Mode()), folder)
+    copy_lines = [line.strip() for line in Path(instrumentation.entry.runs).read_text().splitlines()]
+    to_original = source_mapper(instrumentation, [])
 
     def row(function, source, line=None):
         return FunctionRow(function, 1.0, "python3.11", function, source, line, {})
 
     by_definition = to_original(row("busy", "/elsewhere/out/train_itt.py"))
     assert (by_definition.source_file, by_definition.source_line) == (str(script), 4)
-    by_line = to_original(row("<module>", "train_itt.py", 12))
+    by_line = to_original(row("<module>", "train_itt.py", copy_lines.index("busy(step)") + 1))
     assert (by_line.source_file, by_line.source_line) == (str(script), 9)
-    other = row("push_back", "stl_vector.h", 40)
-    assert to_original(other) == other
+    marker = to_original(row("<module>", "train_itt.py", copy_lines.index('itt.task_begin(_autoitt_domain, "step")') + 1))
+    assert marker.source_line == 8  # an inserted line shows as the line of the loop it marks
+    for other in (row("push_back", "stl_vector.h", 40), row("busy", str(script), 4)):
+        assert to_original(other) == other
+    assert to_original(row("busy", str(script.resolve()), 4)).source_file == str(script)  # as the user named it
 
 
 # -- the launcher's exit code file ---------------------------------------------------------------------------------
@@ -455,7 +459,8 @@ def test_functions_of_the_copy_are_shown_on_the_original_script(tiny_run):
     busy = next(f for f in functions if f["function"] == "busy")
     assert (busy["source_file"], busy["source_line"]) == ("tiny.py", BUSY_LINE)
     raw = (folder / "out" / "csv" / "hotspots-functions.csv").read_text()
-    assert "tiny_itt.py" in raw  # the raw CSV keeps what VTune said
+    # The raw CSV keeps what VTune said: the launcher names the copy's code by the original's path and lines.
+    assert str((folder / "tiny.py").resolve()) in raw and "tiny_itt.py" not in raw
 
 
 def test_raw_csvs_logs_and_results_are_kept_in_the_result_folder(tiny_run):

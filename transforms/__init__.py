@@ -1,15 +1,21 @@
 """The libcst side of autoitt: detect training regions, plan the markers, rewrite the source.
 
-Data flows one way: :func:`parse_source` -> :func:`detect` -> :func:`make_plan`
--> ``_rewrite.rewrite``; :func:`instrument_source` runs them all for one
-script. Only the rewrite imports libcst, so detection (``autoitt loops``)
-and ``--help`` stay quick to start.
+Data flows one way: :func:`parse_source` -> :func:`detect` (over one statement
+index) -> :func:`make_plan` -> rewrite -> :class:`Result` (the copy's bytes,
+its regions, domain, step labels and exact :class:`LineMap`);
+:func:`instrument` runs them all for one script and checks that
+:func:`strip_markers` gives the original back. The code autoitt inserts is
+defined once, in the marker vocabulary (``_markers``). Only the rewrite and
+strip import libcst, so detection (``autoitt loops``) and ``--help`` stay
+quick to start.
 """
 
-from ._detect import INSTRUMENTED_MARKER, ROLES, Detection, Note, Region, detect
-from ._instrument import Outcome, Result, instrument_source
-from ._mode import MAX_PT_REGIONS, Mode
+from ._detect import ROLES, Detection, Note, Region, detect
 from ._errors import RewriteError, SourceError
+from ._instrument import Outcome, Result, instrument, instrument_source
+from ._linemap import LineMap
+from ._markers import INSTRUMENTED_MARKER, WINDOW_CLASS, WINDOW_MODULE
+from ._mode import MAX_PT_REGIONS, Mode
 from ._parsing import Source, parse_source
 from ._plan import Edit, Plan, Wrap, make_plan
 
@@ -25,8 +31,11 @@ __all__ = [
     "INSTRUMENTED_MARKER",
     "MAX_PT_REGIONS",
     "ROLES",
+    "WINDOW_CLASS",
+    "WINDOW_MODULE",
     "Detection",
     "Edit",
+    "LineMap",
     "Mode",
     "Note",
     "Outcome",
@@ -38,6 +47,7 @@ __all__ = [
     "SourceError",
     "Wrap",
     "detect",
+    "instrument",
     "instrument_source",
     "make_plan",
     "parse_source",

@@ -2,7 +2,7 @@
 
 Every recogniser returns a short human reason (shown by ``autoitt loops``) or
 ``None``. They look at one ``ast`` node at a time; walking the script and
-following calls is :mod:`transforms._detect`'s job.
+following calls is the job of :mod:`transforms._index` and :mod:`transforms._roles`.
 """
 
 from __future__ import annotations
@@ -214,21 +214,27 @@ def train_call(call: ast.Call, imports: ImportTable) -> Optional[str]:
     return None
 
 
+def first(reasons: Iterable[Optional[str]]) -> Optional[str]:
+    """The first reason given, if any."""
+    return next((reason for reason in reasons if reason), None)
+
+
+def _called(node: ast.AST, imports: ImportTable) -> str:
+    """What ``node`` names, or calls when it is a call (``@torch.no_grad()`` -> ``torch.no_grad``), resolved."""
+    return imports.resolve(node.func if isinstance(node, ast.Call) else node) or ""
+
+
 def compile_decorator(decorator: ast.AST, imports: ImportTable) -> Optional[str]:
     """``@tf.function``-style text when ``decorator`` compiles or traces the function."""
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    resolved = imports.resolve(target) or ""
-    if resolved in _COMPILE_DECORATORS:
-        return _COMPILE_DECORATORS[resolved]
+    resolved = _called(decorator, imports)
     if resolved == "functools.partial" and isinstance(decorator, ast.Call) and decorator.args:
         return compile_decorator(decorator.args[0], imports)
-    return None
+    return _COMPILE_DECORATORS.get(resolved)
 
 
 def grad_disabled(context: ast.AST, imports: ImportTable) -> Optional[str]:
     """``torch.no_grad()``-style text when a ``with`` item turns gradients off."""
-    target = context.func if isinstance(context, ast.Call) else context
-    resolved = imports.resolve(target) or ""
+    resolved = _called(context, imports)
     if resolved in _NO_GRAD_CONTEXTS:
         return _NO_GRAD_CONTEXTS[resolved]
     if resolved == "torch.set_grad_enabled" and isinstance(context, ast.Call) and context.args:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Optional, Tuple
 
-from ._detect import Detection, detect
+from ._detect import Detection, Region, detect
+from ._errors import RewriteError
+from ._linemap import LineMap, count_lines
 from ._mode import Mode
 from ._parsing import Source, parse_source
 from ._plan import Plan, make_plan
-from ._errors import RewriteError
 
 
 class Outcome(Enum):
@@ -23,40 +24,69 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Result:
-    """The outcome for one script; ``output`` is set only when markers were added."""
+    """The outcome for one script, and everything later stages need to know of its copy.
+
+    ``output`` is set only when markers were added. ``line_map`` maps the lines
+    of what runs (the copy, or the script itself when nothing was added) to
+    the script's own lines.
+    """
 
     source: Source
     detection: Detection
     plan: Plan
     outcome: Outcome
     output: Optional[bytes]
+    line_map: LineMap
+
+    @property
+    def domain(self) -> str:
+        """The ITT domain of the copy's markers."""
+        return self.plan.domain
+
+    @property
+    def regions(self) -> Tuple[Region, ...]:
+        return self.detection.regions
+
+    @property
+    def step_labels(self) -> Tuple[str, ...]:
+        """Task names of step iterations (none when nothing was instrumented)."""
+        return self.plan.step_labels if self.outcome is Outcome.INSTRUMENTED else ()
 
 
 def instrument_source(data: bytes, name: str, mode: Mode = Mode(), stem: Optional[str] = None) -> Result:
-    """Instrument a script given as bytes; writes nothing.
+    """Instrument a script given as bytes; writes nothing. See :func:`instrument`."""
+    return instrument(parse_source(data, name), mode, stem=stem)
 
-    Raises :class:`~transforms.SourceError` for input autoitt cannot read and
-    :class:`~transforms.RewriteError` when the rewrite fails its own checks
-    (an autoitt bug: the output would not compile, or the tree did not match
-    the plan).
+
+def instrument(source: Source, mode: Mode = Mode(), *, stem: Optional[str] = None,
+               controls_collection: bool = True, entry: bool = True) -> Result:
+    """Instrument a parsed script; writes nothing.
+
+    ``stem`` names the default domain (``autoitt.<stem>``; default: from the
+    source's name). ``controls_collection``: the outermost regions resume and
+    pause collection (see :func:`~transforms._plan.make_plan`). ``entry``: the
+    script is the one the user named, so ``mode.labels`` (lines of that
+    script) apply to it.
+
+    Raises :class:`~transforms.RewriteError` when the rewrite fails its own
+    checks (an autoitt bug: the output would not compile, or the tree did not
+    match the plan).
     """
-    source = parse_source(data, name)
-    detection = detect(source, mode.label_overrides)
+    name = source.name
+    detection = detect(source, mode.label_overrides if entry else None)
     script_stem = stem or name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem)
-    if detection.already_instrumented:
-        return Result(source, detection, plan, Outcome.ALREADY_INSTRUMENTED, None)
-    if plan.empty:
-        return Result(source, detection, plan, Outcome.NOTHING_TO_DO, None)
+    plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem, controls_collection)
+    if detection.already_instrumented or plan.empty:
+        outcome = Outcome.ALREADY_INSTRUMENTED if detection.already_instrumented else Outcome.NOTHING_TO_DO
+        return Result(source, detection, plan, outcome, None, LineMap.identity(count_lines(source.text)))
     from ._rewrite import rewrite_module  # libcst is only imported when there is something to insert
 
-    rewritten = rewrite_module(data, plan)
-    output = rewritten.instrumented.bytes
-    _check_safety(rewritten, data, output, name, plan)
-    return Result(source, detection, plan, Outcome.INSTRUMENTED, output)
+    rewritten = rewrite_module(source.data, plan)
+    _check_safety(rewritten, source.data, name, plan)
+    return Result(source, detection, plan, Outcome.INSTRUMENTED, rewritten.output, rewritten.line_map())
 
 
-def _check_safety(rewritten, original: bytes, output: bytes, name: str, plan: Plan) -> None:
+def _check_safety(rewritten, original: bytes, name: str, plan: Plan) -> None:
     """The copy compiles, and removing exactly the markers gives back the original byte for byte.
 
     Like black's ``--safe``; there is no way to turn it off. A failure writes
@@ -66,7 +96,7 @@ def _check_safety(rewritten, original: bytes, output: bytes, name: str, plan: Pl
     from ._strip import strip_module
 
     try:
-        compile(output, name, "exec", dont_inherit=True)
+        compile(rewritten.output, name, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise RewriteError(f"{name}: the instrumented copy does not compile: {exc.msg} "
                            f"(line {exc.lineno} of the copy)") from None

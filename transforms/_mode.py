@@ -20,11 +20,10 @@ class Mode:
     across epochs (``steps=None`` collects to the end of the region).
     ``pt_regions``: also mark each step for VTune's anomaly detection.
     ``labels``: task label overrides, keyed by the 1-based line of the loop or
-    call in the original file.
-    ``collection_control``: whether this file's outermost regions resume and
-    pause collection (and wrap PyTorch in emit_itt). Off for modules imported
-    by an entry script that controls collection itself: a nested pause would
-    end collection while the entry's tasks are open, and emit_itt cannot nest.
+    call in the script the user named (not in the modules it imports).
+
+    What differs between the files of one project (whether a file controls
+    collection) is not an option: see :func:`transforms.instrument`.
     """
 
     domain: Optional[str] = None
@@ -33,7 +32,6 @@ class Mode:
     steps: Optional[int] = None
     pt_regions: bool = False
     labels: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
-    collection_control: bool = True
 
     def __post_init__(self) -> None:
         if self.skip_steps < 0:

@@ -57,10 +57,6 @@ class ImportTable:
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         return cls(aliases)
 
-    @classmethod
-    def from_tree(cls, tree: ast.Module) -> "ImportTable":
-        return cls.from_imports(ast.walk(tree))
-
     def resolve(self, node: ast.AST) -> Optional[str]:
         """The dotted name of ``node`` with its first part replaced by what it imports."""
         name = dotted(node)

@@ -2,24 +2,22 @@
 
 A :class:`Plan` says, for each region's statement (by ordinal), which lines run
 before it, which context manager it runs inside and which lines run after it
-in a ``finally``; for loops, the same for every iteration's body. Keeping
-this as data lets ``loops``, ``--diff`` and the tests see what will be
-inserted, and keeps the rewriter free of policy.
+in a ``finally``; for loops, the same for every iteration's body. The code
+comes from the marker vocabulary (:mod:`transforms._markers`); the plan only
+decides where it goes. Keeping this as data lets ``loops``, ``--diff`` and the
+tests see what will be inserted, keeps the rewriter free of policy, and hands
+later stages (the profiler, the line map) what was decided: the domain, the
+regions with their labels, the step labels.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
-from ._detect import INSTRUMENTED_MARKER, Detection, Note, Region
+from ._detect import Detection, Note, Region
+from ._markers import DOMAIN_VAR, ITT_NAMES, PT_REGION_VAR, WINDOW_MODULE, Markers, free_name
 from ._mode import MAX_PT_REGIONS, Mode
-
-ITT_MODULE = "ittapi.compat"
-DOMAIN_VAR = "_autoitt_domain"
-WINDOW_MODULE = "instrumenter.window"
-WINDOW_CLASS = "CollectionWindow"
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,11 @@ class Wrap:
 
 @dataclass(frozen=True)
 class Edit:
-    """The markers for one region: ``around`` its statement, ``each`` iteration."""
+    """The markers for one region: ``around`` its statement, ``each`` iteration.
+
+    ``line`` is the region's line in the original (its ``for``/``while`` or its
+    call): every line inserted for the region is shown as that line.
+    """
 
     ordinal: int
     kind: str
@@ -45,11 +47,17 @@ class Edit:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the rewriter inserts into one script."""
+    """Everything the rewriter inserts into one script, and what later stages need to know of it.
+
+    ``domain`` is the ITT domain the markers record on; ``step_labels`` the
+    task names of step iterations (sorted); ``markers`` the names the copy binds.
+    """
 
     source_name: str
+    domain: str
     regions: Tuple[Region, ...]
     edits: Tuple[Edit, ...]
+    markers: Markers
     #: (module, name-or-None, asname-or-None) for libcst's AddImportsVisitor
     imports: Tuple[Tuple[str, Optional[str], Optional[str]], ...]
     #: module-level statements placed right after the ittapi import
@@ -63,32 +71,31 @@ class Plan:
     def empty(self) -> bool:
         return not self.edits
 
+    @property
+    def windowed(self) -> bool:
+        """The copy imports the collection-window runtime (``--skip-steps``/``--steps``)."""
+        return any(module == WINDOW_MODULE for module, _, _ in self.imports)
 
-def _quote(text: str) -> str:
-    """A double-quoted Python literal for any text (JSON's escapes are valid Python ones)."""
-    return json.dumps(text)
-
-
-def _free_name(candidates: Tuple[str, ...], detection: Detection) -> str:
-    """The first candidate the script does not use, else the last one numbered until free."""
-    for name in candidates:
-        if name not in detection.names_in_use:
-            return name
-    number = 2
-    while f"{candidates[-1]}_{number}" in detection.names_in_use:
-        number += 1
-    return f"{candidates[-1]}_{number}"
+    @property
+    def step_labels(self) -> Tuple[str, ...]:
+        return tuple(sorted({r.label for r in self.regions if r.role == "step"}))
 
 
-def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: str) -> Plan:
-    """Decide every inserted line; pure."""
+def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: str,
+              controls_collection: bool = True) -> Plan:
+    """Decide every inserted line; pure.
+
+    ``controls_collection``: whether this file's outermost regions resume and
+    pause collection (and wrap PyTorch in ``emit_itt``). Off for a module
+    imported by an entry script that controls collection itself: a nested
+    pause would end collection while the entry's tasks are open, and
+    ``emit_itt`` cannot nest.
+    """
     notes: List[Note] = list(detection.notes)
     regions = detection.regions
+    domain = mode.domain_for(script_stem)
     if not regions or detection.already_instrumented:
-        return Plan(source_name, regions, (), (), (), "", tuple(notes))
-
-    itt = _free_name(("itt", "_autoitt_itt"), detection)
-    domain = _free_name((DOMAIN_VAR,), detection)
+        return Plan(source_name, domain, regions, (), Markers(), (), (), "", tuple(notes))
 
     torch_ref = None
     if detection.uses_torch and mode.torch_ops:
@@ -98,6 +105,8 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
             notes.append(Note(None, "torch is not imported as a module at top level (e.g. 'import torch'): emit_itt() left out"))
         else:
             torch_ref = "torch" if "torch" in detection.torch_names else detection.torch_names[0]
+    markers = Markers(itt=free_name(ITT_NAMES, detection.names_in_use),
+                      domain=free_name((DOMAIN_VAR,), detection.names_in_use), torch=torch_ref)
 
     pt_vars = {}
     if mode.pt_regions:
@@ -106,61 +115,47 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
                 if len(pt_vars) == MAX_PT_REGIONS:
                     notes.append(Note(region.line, f"more than {MAX_PT_REGIONS} step loops: no anomaly-detection region for '{region.label}'"))
                     continue
-                pt_vars[region.label] = _free_name((f"_autoitt_pt_{len(pt_vars)}",), detection)
+                pt_vars[region.label] = free_name((PT_REGION_VAR.format(len(pt_vars)),), detection.names_in_use)
 
-    def call(function: str, *args: str) -> str:
-        return f"{itt}.{function}({', '.join(args)})"
+    edits = [_edit(region, markers, pt_vars.get(region.label), region.outermost and controls_collection, mode)
+             for region in regions]
 
-    edits = []
-    for region in regions:
-        begin = call("task_begin", domain, _quote(region.label))
-        end = call("task_end", domain)
-        if region.kind == "call":
-            task_before, task_after = [begin], [end]
-            each = None
-        else:
-            loop_label = f"{region.label}_loop"
-            task_before = [call("task_begin", domain, _quote(loop_label))]
-            task_after = [call("task_end", domain)]
-            each_before, each_after = [begin], [end]
-            if region.label in pt_vars and region.role == "step":
-                each_before.append(call("pt_region_begin", pt_vars[region.label]))
-                each_after.insert(0, call("pt_region_end", pt_vars[region.label]))
-            each = Wrap(tuple(each_before), tuple(each_after))
-        before: List[str] = []
-        after: List[str] = []
-        context = None
-        controls = region.outermost and mode.collection_control
-        if controls:
-            before.append(call("resume"))
-        before.extend(task_before)
-        if controls and torch_ref:
-            context = f"{torch_ref}.autograd.profiler.emit_itt()"
-            if not mode.windowed:
-                # The recipe's own range, on the PyTorch domain; in windowed mode it
-                # would begin while collection is paused, so it is left out.
-                name = "evaluation" if region.role == "eval" else "training"
-                before.append(f"{torch_ref}.profiler.itt.range_push({_quote(name)})")
-                after.append(f"{torch_ref}.profiler.itt.range_pop()")
-        after.extend(task_after)
-        if controls:
-            after.append(call("pause"))
-        edits.append(Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), context), each))
-
-    imports: List[Tuple[str, Optional[str], Optional[str]]] = [(ITT_MODULE, None, itt)]
     header: List[str] = []
     if mode.windowed:
-        imports.append((WINDOW_MODULE, WINDOW_CLASS, None))
         steps = tuple(sorted({r.label for r in regions if r.role == "step"}))
-        header.append(
-            f"{itt} = {WINDOW_CLASS}({itt}, skip_steps={mode.skip_steps}, steps={mode.steps}, "
-            f"step_tasks=({', '.join(_quote(s) for s in steps)}{',' if len(steps) == 1 else ''}))"
-        )
+        header.append(markers.window(mode.skip_steps, mode.steps, steps))
         if not steps:
             notes.append(Note(None, "no step loop found: the collection window (--skip-steps/--steps) never opens"))
-    header.append(f"{domain} = {call('domain_create', _quote(mode.domain_for(script_stem)))}")
-    for label, var in pt_vars.items():
-        header.append(f"{var} = {call('pt_region_create', _quote(label))}")
-    comment = f"{INSTRUMENTED_MARKER} copy of {source_name}; the markers are the lines using {itt} and _autoitt_*"
-    return Plan(source_name, regions, tuple(edits), tuple(imports), tuple(header), comment, tuple(notes),
-                detection.spans)
+    header.append(markers.domain_create(domain))
+    header.extend(markers.pt_region_create(var, label) for label, var in pt_vars.items())
+    return Plan(source_name, domain, regions, tuple(edits), markers, markers.imports(mode.windowed), tuple(header),
+                markers.header_comment(source_name), tuple(notes), detection.spans)
+
+
+def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: bool, mode: Mode) -> Edit:
+    """The markers of one region; ``controls``: it resumes and pauses collection."""
+    if region.kind == "call":
+        task_before, task_after = [markers.task_begin(region.label)], [markers.task_end()]
+        each = None
+    else:
+        task_before, task_after = [markers.task_begin(f"{region.label}_loop")], [markers.task_end()]
+        each_before, each_after = [markers.task_begin(region.label)], [markers.task_end()]
+        if pt_var is not None and region.role == "step":
+            each_before.append(markers.pt_region_begin(pt_var))
+            each_after.insert(0, markers.pt_region_end(pt_var))
+        each = Wrap(tuple(each_before), tuple(each_after))
+    before: List[str] = [markers.resume()] if controls else []
+    after: List[str] = []
+    before.extend(task_before)
+    context = None
+    if controls and markers.torch:
+        context = markers.emit_itt()
+        if not mode.windowed:
+            # The recipe's own range, on the PyTorch domain; in windowed mode it
+            # would begin while collection is paused, so it is left out.
+            before.append(markers.range_push("evaluation" if region.role == "eval" else "training"))
+            after.append(markers.range_pop())
+    after.extend(task_after)
+    if controls:
+        after.append(markers.pause())
+    return Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), context), each)

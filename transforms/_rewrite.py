@@ -1,27 +1,35 @@
 """Applying a :class:`~transforms._plan.Plan` to the script's libcst tree.
 
 Only statements are visited: the transformer counts them in the same order as
-detection did (see :mod:`transforms._walk`) and never descends into
+detection did (see :mod:`transforms._index`) and never descends into
 expressions, which keeps the rewrite close to the cost of a bare parse. The
 import goes in through libcst's ``AddImportsVisitor``; everything else is
 built from code text parsed with the module's own newline and indentation, so
 a CRLF file stays CRLF and a two-space file stays two-space.
+
+Every node the rewrite inserts is recorded with the region it marks, and the
+copy's code is generated once, noting the line each inserted node lands on:
+that is the exact :class:`~transforms._linemap.LineMap` of the copy.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Union
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ._errors import RewriteError
+from ._linemap import NEWLINE, LineMap, count_lines
 from ._plan import Edit, Plan, Wrap
 
 _Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+#: An inserted node and the original line its first line is shown as (None: the line it precedes).
+_Inserted = Tuple[cst.CSTNode, Optional[int]]
 
 # Nodes whose children may hold statements; everything else is a leaf here.
 _DESCEND = (
@@ -56,6 +64,8 @@ class _StatementRewriter(cst.CSTTransformer):
         self._parsed = self._parse_markers(plan)
         self._contexts: Dict[str, cst.BaseExpression] = {}
         self.applied = 0
+        #: every node inserted (its first line is a line autoitt writes), with its region's line
+        self.inserted: List[_Inserted] = []
 
     def _parse_markers(self, plan: Plan) -> Dict[str, cst.SimpleStatementLine]:
         """Every distinct marker line, parsed in one go (one parse per line costs far more)."""
@@ -100,7 +110,7 @@ class _StatementRewriter(cst.CSTTransformer):
                 edit = self._edits.get(self._ordinal_of[id(small)])
                 if edit is not None:
                     self._check(edit, small)
-                    return self._wrap_statement(updated_node, edit.around)
+                    return cst.FlattenSentinel(self._wrap_statements(updated_node, edit.around, edit.line))
         return updated_node
 
     def _edit_within(self, start: int, end: int) -> bool:
@@ -122,7 +132,8 @@ class _StatementRewriter(cst.CSTTransformer):
         return self._indents[-1] if self._indents else self._default_indent
 
     def _statement(self, code: str) -> cst.SimpleStatementLine:
-        return self._parsed[code]
+        # A node of its own for each place: the line map tells inserted lines apart by node.
+        return self._parsed[code].with_changes()
 
     def _context(self, code: str) -> cst.BaseExpression:
         parsed = self._contexts.get(code)
@@ -130,53 +141,50 @@ class _StatementRewriter(cst.CSTTransformer):
             parsed = self._contexts[code] = cst.parse_expression(code, config=self._config)
         return parsed
 
-    def _block(self, body: Sequence[_Statement], indent: Optional[str] = None) -> cst.IndentedBlock:
-        return cst.IndentedBlock(body=list(body), indent=indent if indent is not None else self._unit_or_none())
+    def _block(self, body: Sequence[_Statement]) -> cst.IndentedBlock:
+        return cst.IndentedBlock(body=list(body), indent=self._unit_or_none())
 
     def _unit_or_none(self) -> Optional[str]:
         unit = self._unit
         return None if unit == self._default_indent else unit
 
-    def _wrap_statements(self, statement: _Statement, wrap: Wrap, indent: Optional[str] = None) -> List[_Statement]:
+    def _wrap_statements(self, statement: _Statement, wrap: Wrap, line: int) -> List[_Statement]:
         """``before...; try: [with context:] statement  finally: after...``."""
         leading = statement.leading_lines
         inner: _Statement = statement.with_changes(leading_lines=())
+        context = None
         if wrap.context is not None:
-            inner = cst.With(
-                items=[cst.WithItem(self._context(wrap.context))],
-                body=self._block([inner], indent=indent),
-            )
+            inner = context = cst.With(items=[cst.WithItem(self._context(wrap.context))], body=self._block([inner]))
         before = [self._statement(code) for code in wrap.before]
-        guarded = cst.Try(
-            body=self._block([inner], indent=indent),
-            finalbody=cst.Finally(body=self._block([self._statement(code) for code in wrap.after], indent=indent)),
-        )
-        result: List[_Statement] = [*before, guarded]
-        result[0] = result[0].with_changes(leading_lines=leading)
-        return result
-
-    def _wrap_statement(self, statement: _Statement, wrap: Wrap) -> cst.FlattenSentinel:
-        return cst.FlattenSentinel(self._wrap_statements(statement, wrap))
+        after = [self._statement(code) for code in wrap.after]
+        final = cst.Finally(body=self._block(after))
+        guarded = cst.Try(body=self._block([inner]), finalbody=final)
+        # The user's comments and blank lines above the statement stay above the markers.
+        before[0] = before[0].with_changes(leading_lines=leading)
+        self._record(line, *before, guarded, *([context] if context is not None else ()), final, *after)
+        return [*before, guarded]
 
     def _wrap_loop(self, loop: Union[cst.For, cst.While], edit: Edit) -> cst.FlattenSentinel:
         if edit.each is not None:
-            loop = loop.with_changes(body=self._wrap_body(loop.body, edit.each))
-        return self._wrap_statement(loop, edit.around)
+            loop = loop.with_changes(body=self._wrap_body(loop.body, edit.each, edit.line))
+        return cst.FlattenSentinel(self._wrap_statements(loop, edit.around, edit.line))
 
-    def _wrap_body(self, body: cst.BaseSuite, wrap: Wrap) -> cst.IndentedBlock:
+    def _wrap_body(self, body: cst.BaseSuite, wrap: Wrap, line: int) -> cst.IndentedBlock:
         if not isinstance(body, cst.IndentedBlock):
             # Detection leaves one-line bodies alone; reaching here is a bug.
             raise RewriteError("a loop body on its header's line cannot take markers")
         # The body keeps its own relative indent (None: the module's default, as written).
         unit = body.indent
         before = [self._statement(code) for code in wrap.before]
-        guarded = cst.Try(
-            body=cst.IndentedBlock(body=list(body.body), indent=unit, footer=body.footer),
-            finalbody=cst.Finally(
-                body=cst.IndentedBlock(body=[self._statement(code) for code in wrap.after], indent=unit)
-            ),
-        )
+        after = [self._statement(code) for code in wrap.after]
+        final = cst.Finally(body=cst.IndentedBlock(body=after, indent=unit))
+        guarded = cst.Try(body=cst.IndentedBlock(body=list(body.body), indent=unit, footer=body.footer),
+                          finalbody=final)
+        self._record(line, *before, guarded, final, *after)
         return cst.IndentedBlock(body=[*before, guarded], header=body.header, indent=unit)
+
+    def _record(self, line: int, *nodes: cst.CSTNode) -> None:
+        self.inserted.extend((node, line) for node in nodes)
 
 
 def _leading_block_end(module: cst.Module) -> int:
@@ -199,7 +207,7 @@ def _import_code(module_name: str, obj: Optional[str], asname: Optional[str]) ->
     return f"from {module_name} import {obj}{alias}" if obj else f"import {module_name}{alias}"
 
 
-def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
+def _add_header(module: cst.Module, plan: Plan) -> Tuple[cst.Module, List[cst.CSTNode]]:
     """The imports (through AddImportsVisitor) and the module-level ITT objects after them.
 
     AddImportsVisitor decides where imports go and writes them. It only looks
@@ -208,6 +216,7 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     statements it adds; they are spliced into the original body, because the
     visitor also re-spaces the statement after the imports, and autoitt never
     touches a line of the user's outside the markers (``strip`` relies on it).
+    Returns the module and the statements inserted.
     """
     split = _leading_block_end(module)
     # Only the docstring and leading imports: what follows can be a class of
@@ -231,28 +240,86 @@ def _add_header(module: cst.Module, plan: Plan) -> cst.Module:
     comment = cst.EmptyLine(comment=cst.Comment(plan.header_comment))
     header[0] = header[0].with_changes(leading_lines=[cst.EmptyLine(), comment])
     imports = [statement.with_changes(leading_lines=()) for _, statement in added]
-    return module.with_changes(body=[*module.body[:at], *imports, *header, *module.body[at:]])
+    inserted = [*imports, *header]
+    return module.with_changes(body=[*module.body[:at], *inserted, *module.body[at:]]), inserted
+
+
+@dataclass
+class _LineNotingState(CodegenState):
+    """libcst's code generation, noting the line on which each watched node starts.
+
+    libcst's ``PositionProvider`` records every node's position as it generates
+    code, which costs about five code generations; the line map needs only the
+    first lines of the nodes autoitt inserted, so this hooks the same
+    ``before_codegen`` callback and counts newlines only when such a node starts.
+    """
+
+    watched: FrozenSet[int] = frozenset()
+    starts: Dict[int, int] = field(default_factory=dict)
+    _line: int = 1
+    _counted: int = 0
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) in self.watched:
+            tokens = self.tokens
+            self._line += len(NEWLINE.findall("".join(tokens[self._counted:])))
+            self._counted = len(tokens)
+            self.starts[id(node)] = self._line
+
+
+def _generate(module: cst.Module, inserted: Sequence[_Inserted],
+              header: Sequence[cst.CSTNode]) -> Tuple[str, Dict[int, Optional[int]]]:
+    """The copy's code, and its inserted lines (copy line -> original line shown), from one code generation.
+
+    Each inserted node contributes its own first line, after its leading
+    lines: a marker's are the user's comments and blank lines moved above it,
+    a header statement's (the blank line and comment above the first) are
+    autoitt's own.
+    """
+    entries = [*inserted, *((node, None) for node in header)]
+    state = _LineNotingState(default_indent=module.default_indent, default_newline=module.default_newline,
+                             watched=frozenset(id(node) for node, _ in entries))
+    module._codegen(state)
+    lines: Dict[int, Optional[int]] = {}
+    for node, shown in entries:
+        start = state.starts[id(node)]
+        leading = len(getattr(node, "leading_lines", ()))
+        if shown is None:
+            lines.update((start + k, shown) for k in range(leading))
+        lines[start + leading] = shown
+    return "".join(state.tokens), lines
 
 
 @dataclass(frozen=True)
 class Rewritten:
-    """The parsed original, the instrumented tree, and the original subtrees it shares unchanged."""
+    """The parsed original, the instrumented tree and its bytes, the original subtrees it shares
+    unchanged, and the lines the rewrite inserted."""
 
     original: cst.Module
     instrumented: cst.Module
     untouched: FrozenSet[int]
+    output: bytes
+    #: copy line -> original line it is shown as (None: the line it precedes), for every inserted line
+    inserted_lines: Dict[int, Optional[int]]
+    copy_lines: int
+    original_lines: int
+
+    def line_map(self) -> LineMap:
+        """The copy's exact line map; :class:`RewriteError` if the copy is not the original plus those lines."""
+        try:
+            return LineMap.from_inserted(self.copy_lines, self.original_lines, self.inserted_lines)
+        except ValueError as exc:
+            raise RewriteError(f"line map: {exc}") from None
 
 
 def rewrite_module(data: bytes, plan: Plan) -> Rewritten:
-    """Parse ``data`` and apply ``plan``; ``instrumented.bytes`` keeps the encoding and newlines."""
+    """Parse ``data`` and apply ``plan``; ``output`` keeps the encoding and newlines."""
     module = cst.parse_module(data)
     rewriter = _StatementRewriter(plan, module)
     updated = module.visit(rewriter)
     if rewriter.applied != len(plan.edits):
         raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
-    return Rewritten(module, _add_header(updated, plan), frozenset(rewriter.untouched))
-
-
-def rewrite(data: bytes, plan: Plan) -> bytes:
-    """The instrumented bytes of ``data`` (same encoding and newlines)."""
-    return rewrite_module(data, plan).instrumented.bytes
+    instrumented, header = _add_header(updated, plan)
+    code, inserted_lines = _generate(instrumented, rewriter.inserted, header)
+    return Rewritten(module, instrumented, frozenset(rewriter.untouched), code.encode(module.encoding),
+                     inserted_lines, count_lines(code), count_lines(data.decode(module.encoding)))

@@ -1,14 +1,13 @@
 """Taking autoitt's markers out again: the inverse of the rewrite.
 
-A marker is a statement calling the copy's ITT name (``itt.task_begin``,
-``itt.resume`` ...) or PyTorch's ITT range (``torch.profiler.itt.range_push``);
-autoitt wraps code as ``markers; try: [with emit_itt():] code finally: markers``.
-Stripping replaces each such wrapping with the code it wraps, gives back the
-leading comments and blank lines the first marker carried, and drops the
-header (the ittapi import and the ``_autoitt_*`` objects). Since the rewrite
-nests the user's own nodes unchanged, the result is the original source byte
-for byte; every rewrite is checked that way, on the bytes, before anything
-is written.
+What a marker, a wrapping and a header statement look like is the marker
+vocabulary's (:class:`~transforms._markers.MarkerMatcher`); autoitt wraps code
+as ``markers; try: [with emit_itt():] code finally: markers``. Stripping
+replaces each such wrapping with the code it wraps, gives back the leading
+comments and blank lines the first marker carried, and drops the header (the
+ittapi import and the ``_autoitt_*`` objects). Since the rewrite nests the
+user's own nodes unchanged, the result is the original source byte for byte;
+every rewrite is checked that way, on the bytes, before anything is written.
 """
 
 from __future__ import annotations
@@ -16,62 +15,26 @@ from __future__ import annotations
 from typing import AbstractSet, List, Optional, Sequence
 
 import libcst as cst
-import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ._detect import INSTRUMENTED_MARKER
 from ._errors import RewriteError, SourceError
-from ._plan import DOMAIN_VAR, ITT_MODULE, WINDOW_CLASS, WINDOW_MODULE
+from ._markers import INSTRUMENTED_MARKER, MarkerMatcher, dotted
 
-_ITT_CALLS = ("resume", "pause", "task_begin", "task_end", "pt_region_begin", "pt_region_end")
-
-
-def _itt_name(module: cst.Module) -> Optional[str]:
-    """The name the copy imported ``ittapi.compat`` under (``itt``), if it is an autoitt copy."""
-    for statement in module.body:
-        if m.matches(statement, m.SimpleStatementLine(body=[m.Import()])):
-            for alias in statement.body[0].names:
-                if (cst.Module([]).code_for_node(alias.name) == ITT_MODULE and alias.asname is not None
-                        and isinstance(alias.asname.name, cst.Name)):
-                    return alias.asname.name.value
-    return None
-
-
-def _domain_var(module: cst.Module, itt: str) -> str:
-    """The module-level name the copy's domain is bound to (``_autoitt_domain`` unless taken)."""
-    for statement in module.body:
-        if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(
-                targets=[m.AssignTarget(target=m.Name())],
-                value=m.Call(func=m.Attribute(value=m.Name(itt), attr=m.Name("domain_create"))))])):
-            return statement.body[0].targets[0].target.value
-    return DOMAIN_VAR
+# Nodes whose children may hold statements; markers live nowhere else.
+_STATEMENT_HOLDERS = (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.Finally,
+                      cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
 
 
 class _MarkerStripper(cst.CSTTransformer):
     """Unwraps marker wrappings in every statement list, bottom up."""
 
-    def __init__(self, itt: str, domain: str, untouched: AbstractSet[int] = frozenset()) -> None:
+    def __init__(self, markers: MarkerMatcher, untouched: AbstractSet[int] = frozenset()) -> None:
         super().__init__()
+        self._markers = markers
         self._untouched = untouched
-        itt_call = m.Call(func=m.Attribute(value=m.Name(itt), attr=m.OneOf(*(m.Name(n) for n in _ITT_CALLS))))
-        torch_range = m.Call(func=m.Attribute(
-            value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("profiler")), attr=m.Name("itt")),
-            attr=m.Name("range_push") | m.Name("range_pop"),
-        ))
-        self._marker = m.SimpleStatementLine(body=[m.Expr(value=itt_call | torch_range)])
-        self._task = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
-            func=m.Attribute(value=m.Name(itt), attr=m.Name("task_begin") | m.Name("task_end")),
-            args=[m.Arg(value=m.Name(domain)), m.ZeroOrMore()],
-        ))])
-        self._emit_itt = m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(
-            value=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("autograd")), attr=m.Name("profiler")),
-            attr=m.Name("emit_itt"),
-        ), args=[]), asname=None)])
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if id(node) in self._untouched:
-            return False
-        return isinstance(node, (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else,
-                                 cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase))
+        return id(node) not in self._untouched and isinstance(node, _STATEMENT_HOLDERS)
 
     def leave_IndentedBlock(self, original_node, updated_node):
         return self._unwrap_in(updated_node)
@@ -86,39 +49,25 @@ class _MarkerStripper(cst.CSTTransformer):
         body, footer = self._unwrap(node.body)
         return node.with_changes(body=body, footer=[*footer, *node.footer])
 
-    def _is_marker(self, statement: cst.CSTNode) -> bool:
-        # isinstance first: the matcher only runs on one-call expression statements
-        return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)
-                and m.matches(statement, self._marker))
-
-    def _is_wrapping_try(self, node: cst.CSTNode) -> bool:
-        if not isinstance(node, cst.Try) or node.handlers or node.orelse or node.finalbody is None:
-            return False
-        final = node.finalbody.body.body
-        return bool(final) and all(self._is_marker(s) for s in final) and any(
-            m.matches(s, self._task) for s in final)
-
     def _unwrap(self, statements: Sequence[cst.BaseStatement]):
         """Replace ``markers...; try: X finally: markers`` runs by X; returns (body, footer moved up)."""
+        markers = self._markers
         result: List[cst.BaseStatement] = []
         footer: List[cst.EmptyLine] = []
         index = 0
         while index < len(statements):
             run_end = index
-            while run_end < len(statements) and self._is_marker(statements[run_end]):
+            while run_end < len(statements) and markers.is_marker(statements[run_end]):
                 run_end += 1
             run = statements[index:run_end]
-            if (run and run_end < len(statements) and any(m.matches(s, self._task) for s in run)
-                    and self._is_wrapping_try(statements[run_end])):
+            if (run and run_end < len(statements) and any(markers.is_task_marker(s) for s in run)
+                    and markers.is_wrapping_try(statements[run_end])):
                 guarded = statements[run_end]
                 inner = list(guarded.body.body)
-                if len(inner) == 1 and m.matches(inner[0], self._emit_itt):
-                    with_block = inner[0].body
-                    inner = list(with_block.body)
-                leading = [*run[0].leading_lines, *inner[0].leading_lines] if inner else []
+                if len(inner) == 1 and markers.is_emit_itt(inner[0]):
+                    inner = list(inner[0].body.body)
                 if inner:
-                    inner[0] = inner[0].with_changes(leading_lines=leading)
+                    inner[0] = inner[0].with_changes(leading_lines=[*run[0].leading_lines, *inner[0].leading_lines])
                 result.extend(inner)
                 if run_end == len(statements) - 1:
                     footer = list(guarded.body.footer)
@@ -129,36 +78,17 @@ class _MarkerStripper(cst.CSTTransformer):
         return result, footer
 
 
-def _is_header(statement: cst.CSTNode, itt: str) -> bool:
-    """One of autoitt's header statements: the ittapi or window import, or an assignment
-    of ``<itt>.domain_create(...)``, ``<itt>.pt_region_create(...)`` or ``CollectionWindow(...)``."""
-    if m.matches(statement, m.SimpleStatementLine(body=[m.Import()])):
-        names = [cst.Module([]).code_for_node(a.name) for a in statement.body[0].names]
-        return names == [ITT_MODULE]
-    if m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
-        small = statement.body[0]
-        module = cst.Module([]).code_for_node(small.module) if small.module else ""
-        return module == WINDOW_MODULE and not isinstance(small.names, cst.ImportStar) and [
-            a.name.value for a in small.names] == [WINDOW_CLASS]
-    return m.matches(statement, m.SimpleStatementLine(body=[m.Assign(
-        targets=[m.AssignTarget(target=m.Name())],
-        value=m.Call(func=m.Attribute(value=m.Name(itt), attr=m.Name("domain_create") | m.Name("pt_region_create"))
-                     | m.Name(WINDOW_CLASS)),
-    )]))
-
-
-def _without_header(body: Sequence[cst.BaseStatement], itt: str) -> List[cst.BaseStatement]:
+def _without_header(body: Sequence[cst.BaseStatement], markers: MarkerMatcher) -> List[cst.BaseStatement]:
     """``body`` without the run of header statements that starts at the ittapi import.
 
     Only that run goes: a statement of the user's elsewhere that happens to
     look alike (``_autoitt_domain = 1``) stays.
     """
-    start = next((i for i, s in enumerate(body) if _is_header(s, itt)
-                  and m.matches(s, m.SimpleStatementLine(body=[m.Import()]))), None)
+    start = next((i for i, s in enumerate(body) if markers.is_itt_import(s)), None)
     if start is None:
         return list(body)
     end = start + 1
-    while end < len(body) and _is_header(body[end], itt):
+    while end < len(body) and markers.is_header(body[end]):
         end += 1
     return [*body[:start], *body[end:]]
 
@@ -169,23 +99,50 @@ def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) 
     ``untouched``: ids of subtrees known to hold no markers (the rewrite's own
     list), which need not be visited.
     """
-    itt = _itt_name(module)
-    if itt is None:
+    markers = MarkerMatcher.for_copy(module)
+    if markers is None:
         raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
-    stripped = module.visit(_MarkerStripper(itt, _domain_var(module, itt), untouched))
-    return stripped.with_changes(body=_without_header(stripped.body, itt))
+    stripped = module.visit(_MarkerStripper(markers, untouched))
+    return stripped.with_changes(body=_without_header(stripped.body, markers))
 
 
-def _leftover_lines(code: str, itt: str, domain: str) -> List[int]:
-    return [number for number, line in enumerate(code.splitlines(), start=1)
-            if domain in line or line.lstrip().startswith(f"{itt}.")]
+class _Leftovers(cst.CSTVisitor):
+    """The first line that still calls the copy's ITT name or uses its domain variable."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, markers: MarkerMatcher) -> None:
+        super().__init__()
+        self._markers = markers
+        self.line: Optional[int] = None
+
+    def _found(self, node: cst.CSTNode) -> None:
+        if self.line is None:
+            self.line = self.get_metadata(PositionProvider, node).start.line
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if (dotted(node.func) or "").startswith(self._markers.itt + "."):
+            self._found(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self._markers.domain:
+            self._found(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `obj._autoitt_domain` names an attribute, not the variable
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # a keyword's name is not a use either
+        return False
 
 
 def strip_markers(data: bytes, name: str) -> bytes:
     """The original source of an autoitt copy: its markers and header removed.
 
     Raises :class:`SourceError` when ``data`` is not an autoitt copy, cannot be
-    parsed, or still holds markers after stripping (edited by hand).
+    parsed, or still uses the copy's ITT names after stripping (its markers
+    were edited by hand).
     """
     from ._parsing import parse_source
 
@@ -197,9 +154,9 @@ def strip_markers(data: bytes, name: str) -> bytes:
         stripped = strip_module(module)
     except RewriteError as exc:
         raise SourceError(name, str(exc)) from None
-    itt = _itt_name(module) or "itt"
-    leftovers = _leftover_lines(stripped.code, itt, _domain_var(module, itt))
-    if leftovers:
+    leftovers = _Leftovers(MarkerMatcher.for_copy(module))
+    MetadataWrapper(stripped, unsafe_skip_copy=True).visit(leftovers)
+    if leftovers.line is not None:
         raise SourceError(name, "markers autoitt did not write this way remain after stripping "
-                                "(was the copy edited by hand?)", leftovers[0])
+                                "(was the copy edited by hand?)", leftovers.line)
     return stripped.bytes

@@ -5,7 +5,7 @@ The collector (``collector.c`` here, compiled by the package build into
 parts load when ``INTEL_LIBITTNOTIFY64`` names it: the one in the ``ittapi``
 module, the one in ``libtorch_cpu.so`` (``emit_itt``), the one in TensorFlow's
 oneDNN.  It writes one binary trace per process, ``itt-<pid>.bin``, which
-:mod:`instrumenter.tracefile` reads (its docstring documents the format).
+:mod:`instrumenter.builtin.tracefile` reads (its docstring documents the format).
 
 The variables must be in the target's environment when it starts: torch
 creates its ``PyTorch`` domain when it is imported, and with no collector

@@ -6,7 +6,7 @@
  * them to $AUTOITT_TRACE_DIR/itt-<pid>.bin.
  *
  * The file format is documented in one place only: the module docstring of
- * instrumenter/tracefile.py (the reader).  Keep the two in sync.
+ * instrumenter/builtin/tracefile.py (the reader).  Keep the two in sync.
  *
  * How the static part finds us: on its first non-create ITT call it
  * dlopen()s $INTEL_LIBITTNOTIFY64 and, because we export __itt_api_init, calls
@@ -108,7 +108,7 @@ static const unsigned char ITT_GLOBAL_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 
 #define ITT_SCOPE_HOST 1
 
 /* ------------------------------------------------------------------------- */
-/* File format (see instrumenter/tracefile.py).                              */
+/* File format (see instrumenter/builtin/tracefile.py).                              */
 
 #define FILE_MAGIC "AITTRACE"
 #define FORMAT_VERSION 1u

@@ -1,4 +1,4 @@
-"""The VTune backend of ``autoitt profile``: collect hotspots, then uarch-exploration, then read them back.
+"""Collecting with VTune: hotspots, then uarch-exploration, each read back into CSV right after it.
 
 Each analysis runs the copy through the same launcher as the built-in
 backend, under ``vtune -collect`` (inside ``--launcher`` when given, one vtune
@@ -28,8 +28,6 @@ summary from the saved CSVs without VTune.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import json
 import os
 import re
@@ -42,10 +40,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .launch import EXIT_DIR_VARIABLE
-from .vtune_cli import REPORTS, VTuneConfig, collect_command, report_command
-from .vtune_reports import (FunctionRow, ResultReport, error_lines, read_result, run_report,
-                            warning_lines)
+from ..files import atomic_write
+from ..launch import EXIT_DIR_VARIABLE
+from .commands import REPORTS, VTuneConfig, collect_command, report_command
+from .csv_reports import error_lines, run_report, warning_lines
 
 RUN_FILE = "vtune.json"
 CSV_DIR = "csv"
@@ -73,27 +71,6 @@ class AnalysisRun:
     def script_exit_code(self) -> Optional[int]:
         """The first non-zero code a process of the script reported; 0 if all were 0; None if none reported."""
         return next((code for code in self.script_exit_codes if code), 0 if self.script_exit_codes else None)
-
-
-@dataclass
-class VTuneAnalysis:
-    run: AnalysisRun
-    results: List[ResultReport]
-
-
-@dataclass
-class VTuneSummary:
-    """The VTune part of a :class:`~instrumenter.analysis.Summary`."""
-
-    vtune: str
-    analyses: List[VTuneAnalysis]
-    #: How to open each result folder in the GUI.
-    gui: List[str]
-    csv_dir: str
-
-    @property
-    def failed(self) -> List[str]:
-        return [a.run.analysis for a in self.analyses if a.run.status == "failed"]
 
 
 # -- collection ---------------------------------------------------------------------------------------------------
@@ -249,7 +226,7 @@ def _read_back(config: VTuneConfig, run: AnalysisRun, folder: Path) -> None:
 
 def save(folder: Path, vtune: str, runs: List[AnalysisRun]) -> None:
     data = {"vtune": vtune, "analyses": [asdict(r) for r in runs]}
-    (folder / RUN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    atomic_write(folder / RUN_FILE, (json.dumps(data, indent=2) + "\n").encode())
 
 
 def load(folder: Path) -> Tuple[str, List[AnalysisRun]]:
@@ -265,87 +242,3 @@ def load(folder: Path) -> Tuple[str, List[AnalysisRun]]:
         raise SourceError(str(path), f"unreadable: {exc}") from None
 
 
-# -- reading back -------------------------------------------------------------------------------------------------
-
-def analyse(folder: Path, info):
-    """The summary of a VTune run from vtune.json and the saved CSVs; writes summary.json."""
-    from .analysis import Summary
-
-    vtune, runs = load(folder)
-    warnings: List[str] = []
-    to_original = _source_mapper(info, warnings)
-    analyses = []
-    for run in runs:
-        results = []
-        for name in run.result_dirs:
-            csv_files = {kind: folder / CSV_DIR / f"{name}-{kind}.csv" for kind, _, _ in REPORTS[run.analysis]}
-            report = read_result(name, rank_of(name, run.analysis),
-                                 {kind: path for kind, path in csv_files.items() if path.is_file()})
-            report.functions = [to_original(row) for row in report.functions]
-            results.append(report)
-        analyses.append(VTuneAnalysis(run, results))
-        warnings += run.warnings
-        if run.status == "ok" and run.script_exit_code is None:
-            warnings.append(f"{run.analysis}: the script's exit code was not recorded (killed by a signal, "
-                            "os._exit, or a rank on another host)")
-    first = next((r for a in analyses for r in a.results if r.elapsed_s is not None), None)
-    elapsed = first.elapsed_s if first is not None else (runs[0].elapsed_s if runs else info.elapsed_s)
-    collected = elapsed - first.paused_s if first is not None and first.paused_s is not None else 0.0
-    summary = Summary(
-        elapsed_s=elapsed, collected_s=max(collected, 0.0), processes=0, threads=0, events=0,
-        tasks=[], steps=[], operators=[], unfinished=0, warnings=warnings,
-        vtune=VTuneSummary(vtune=vtune, analyses=analyses,
-                           gui=[f"vtune-gui {shlex.quote(str(folder / name))}"
-                                for a in analyses for name in a.run.result_dirs],
-                           csv_dir=str(folder / CSV_DIR)),
-    )
-    (folder / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-    return summary
-
-
-def _source_mapper(info, warnings: List[str]):
-    """A function that shows a row of the copy (``train_itt.py``, its line) as the original (``train.py``, its line)."""
-    from .linemap import build
-
-    copy, script = Path(info.copy), Path(info.script)
-    try:
-        copy_text = copy.read_text(encoding="utf-8", errors="replace")
-        original_text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        warnings.append(f"{script} or its copy is gone: source lines are shown as VTune reports them")
-        return lambda row: row
-    regions = _regions(copy.parent / "loops.json")
-    lines = build(original_text, copy_text, regions)
-    if not lines.complete:
-        warnings.append(f"{script} changed since it was profiled: its line numbers below are approximate")
-    defs = _definitions(copy_text)
-
-    def to_original(row: FunctionRow) -> FunctionRow:
-        if not row.source_file or Path(row.source_file).name != copy.name:
-            return row
-        copy_line = row.source_line or defs.get(row.function.rsplit(".", 1)[-1])
-        return dataclasses.replace(row, source_file=str(script),
-                                   source_line=lines.original_line(copy_line) if copy_line else None)
-
-    return to_original
-
-
-def _regions(loops_json: Path) -> List[Tuple[int, int]]:
-    try:
-        return [(r["line"], r["end_line"]) for r in json.loads(loops_json.read_text())]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-
-
-def _definitions(source: str) -> Dict[str, int]:
-    """Function name -> the line of its ``def`` in the copy, for names defined once (VTune names Python
-    functions; where a report has no ``Source Line``, the definition is the line to show)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    seen: Dict[str, List[int]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            seen.setdefault(node.name, []).append(node.lineno)
-    return {name: lines[0] for name, lines in seen.items() if len(lines) == 1}

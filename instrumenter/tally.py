@@ -1,4 +1,4 @@
-"""Counting what happened to each script and choosing the exit code, in black's spirit.
+"""Counting what each command did and choosing its exit code, in black's spirit (its ``report.py``).
 
 0: success (written, or nothing to do); 1: ``--check`` found a script that
 would change; 2: bad usage or input (missing file, syntax error, a file in
@@ -22,7 +22,7 @@ class ExitCode(IntEnum):
 
 
 @dataclass
-class Report:
+class Tally:
     """Outcomes of one command run; ``exit_code`` is derived from them."""
 
     check: bool = False

@@ -7,7 +7,7 @@ then microarchitecture exploration with memory bandwidth, on the same target::
 
     vtune -collect hotspots -start-paused -knob sampling-mode=sw -knob enable-stack-collection=true
           -search-dir <interpreter dir> -source-search-dir <copy dir> -source-search-dir <script dir>
-          -data-limit 0 -result-dir <results>/hotspots -- <python> -m instrumenter.launch COPY SCRIPT ARGS
+          -data-limit 0 -result-dir <results>/hotspots -- <python> <launcher> COPY SCRIPT ARGS
     vtune -collect uarch-exploration -start-paused -knob collect-memory-bandwidth=true ... <results>/uarch ...
 
 Reports are read back in CSV with an explicit delimiter (the ``format`` page
@@ -18,21 +18,11 @@ so progress lines stay out of them.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-#: autoitt's analysis names, in the order they always run, and VTune's names for them.
-ANALYSES: Dict[str, str] = {"hotspots": "hotspots", "uarch": "uarch-exploration"}
-SAMPLING_MODES = ("sw", "hw")
-
-#: ``-data-limit`` in MB; 0 is unlimited. VTune stops collecting when the limit
-#: is reached (historic defaults: 100, then 500 MB), and a profile cut off that
-#: way covers the first steps only -- the warm-up -- while looking complete.
-#: Collection is already narrowed to training by -start-paused, and --steps
-#: bounds it further, so autoitt passes "unlimited" unless told otherwise.
-DEFAULT_DATA_LIMIT_MB = 0
+from ..options import ANALYSES, VTuneOptions
 
 #: The delimiter passed to every report, and the character it stands for.
 CSV_DELIMITER = ("comma", ",")
@@ -49,39 +39,13 @@ REPORTS: Dict[str, Tuple[Tuple[str, str, Tuple[str, ...]], ...]] = {
 }
 
 
-def parse_analyses(text: str) -> Tuple[str, ...]:
-    """``"uarch,hotspots"`` -> ``("hotspots", "uarch")``: known names only, always in run order."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ANALYSES]
-    if unknown or not names:
-        raise ValueError(f"expected a comma list of {', '.join(ANALYSES)}; got {text!r}")
-    return tuple(name for name in ANALYSES if name in names)
-
-
-def split_args(values: Sequence[str]) -> Tuple[str, ...]:
-    """Each value is split as a shell would (``"-knob sampling-interval=5"`` is two arguments)."""
-    return tuple(arg for value in values for arg in shlex.split(value))
-
-
-@dataclass(frozen=True)
-class VTuneOptions:
-    """What the user chose on the command line."""
-
-    analyses: Tuple[str, ...] = tuple(ANALYSES)
-    sampling_mode: str = "sw"
-    data_limit_mb: int = DEFAULT_DATA_LIMIT_MB
-    extra_args: Tuple[str, ...] = ()
-    #: A launcher VTune runs inside, e.g. ``("mpirun", "-n", "4")``: one vtune per rank.
-    launcher: Tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class VTuneConfig:
     """One profile's collection: the options plus every path the command lines name."""
 
     vtune: str
-    #: The target, exactly as the built-in backend runs it:
-    #: ``(python, "-m", "instrumenter.launch", COPY, SCRIPT, *ARGS)``.
+    #: The target, exactly as the built-in backend runs it: the launcher's command
+    #: (:func:`instrumenter.launch.command`), ``(python, <launcher>, ..., COPY, SCRIPT, *ARGS)``.
     target: Tuple[str, ...]
     copy: Path
     script: Path
@@ -122,7 +86,7 @@ def _knobs(analysis: str, sampling_mode: str) -> List[str]:
 
 
 def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
-    """``[launcher...] vtune -collect ... -- python -m instrumenter.launch COPY SCRIPT ARGS``."""
+    """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``."""
     options = config.options
     command = [*options.launcher, config.vtune, "-collect", ANALYSES[analysis]]
     if config.start_paused:

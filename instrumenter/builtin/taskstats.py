@@ -1,18 +1,19 @@
 """From recorded ITT events to what the summary shows: tasks, collected time, steps, operators.
 
-Input is the reader's :class:`~instrumenter.tracefile.ProcessTrace` list;
-output is plain dataclasses that the report renders and ``--json`` dumps.
-Times are seconds in the output, nanoseconds inside.
+Input is the reader's :class:`~instrumenter.builtin.tracefile.ProcessTrace`
+list; :func:`intervals` pairs its begins and ends once, and everything else
+(the statistics here, the Chrome trace) is computed from those intervals.
+Output is the plain dataclasses of :mod:`instrumenter.summary`. Times are
+seconds in the output, nanoseconds inside.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-if TYPE_CHECKING:
-    from .vtune_backend import VTuneSummary
+from ..summary import StepStats, Summary, TaskStats
 
 #: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
 TORCH_DOMAIN = "PyTorch"
@@ -36,53 +37,6 @@ class Interval:
     @property
     def duration(self) -> int:
         return self.end - self.start
-
-
-@dataclass(frozen=True)
-class TaskStats:
-    domain: str
-    name: str
-    count: int
-    total_s: float
-    self_s: float
-    mean_s: float
-    min_s: float
-    max_s: float
-    share: float  # of collected time, by total
-
-
-@dataclass(frozen=True)
-class StepStats:
-    label: str
-    count: int
-    mean_s: float
-    median_s: float
-    p95_s: float
-    first_s: float
-    steady_mean_s: float  # mean of every step after the first
-    durations_s: Tuple[float, ...] = field(repr=False)
-
-
-@dataclass
-class Summary:
-    elapsed_s: float
-    collected_s: float
-    processes: int
-    threads: int
-    events: int
-    tasks: List[TaskStats]
-    steps: List[StepStats]
-    operators: List[TaskStats]
-    unfinished: int
-    warnings: List[str]
-    #: The VTune backend's results (its reports, per analysis); None with the built-in backend.
-    vtune: Optional["VTuneSummary"] = None
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        for step in data["steps"]:
-            step["durations_s"] = list(step["durations_s"])
-        return data
 
 
 def intervals(traces: Iterable) -> Tuple[List[Interval], int]:
@@ -177,9 +131,10 @@ def step_stats(items: Sequence[Interval], step_labels: Iterable[str],
     return result
 
 
-def summarize(traces: Sequence, elapsed_s: float, step_labels: Iterable[str], domains: Optional[Iterable[str]],
-              start_paused: bool = True, top: int = 15) -> Summary:
-    items, unfinished = intervals(traces)
+def summarize(traces: Sequence, items: Sequence[Interval], unfinished: int, elapsed_s: float,
+              step_labels: Iterable[str], domains: Optional[Iterable[str]], start_paused: bool = True,
+              top: int = 15) -> Summary:
+    """The summary of a run from its traces and their :func:`intervals` (``items``, ``unfinished``)."""
     collected = collected_ns(traces, start_paused)
     stats = task_stats(items, collected)
     operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(("aten::", "autograd::"))),

@@ -1,0 +1,66 @@
+"""The interface of a profiling backend: run the copy, read what was collected, summarize, render.
+
+``autoitt profile`` picks one :class:`Backend` object (the built-in ITT
+collector, :mod:`instrumenter.builtin`, or VTune, :mod:`instrumenter.vtune`)
+and calls it in that order; ``autoitt report`` finds the same one by the
+:attr:`Backend.name` saved in ``run.json`` and reads again. Everything a
+backend needs from the stages before it arrives as a :class:`Job` and as
+the saved :class:`~instrumenter.instrumentation.Instrumentation`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar, List, Optional
+
+from rich.console import Console
+
+from .instrumentation import Instrumentation
+from .options import ProfileOptions
+from .results import RunRecord
+from .summary import Summary
+
+#: How a backend tells the user what it is doing (one line each, on stderr).
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to collect: ``command`` runs ``copy`` as ``script`` (the launcher's command line)."""
+
+    script: Path
+    copy: Path
+    command: List[str]
+    folder: Path
+    instrumentation: Instrumentation
+    options: ProfileOptions
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How the run ended: the script's exit code (``None`` when it never reported one), and how long it took."""
+
+    exit_code: Optional[int]
+    elapsed_s: float
+
+
+class Backend(ABC):
+    """One way of collecting a profile."""
+
+    #: Saved in ``run.json``; ``autoitt report`` finds the backend by it.
+    name: ClassVar[str]
+
+    @abstractmethod
+    def run(self, job: Job, say: Say) -> Finished:
+        """Run the job's command, collecting into ``job.folder``."""
+
+    @abstractmethod
+    def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
+        """The summary of what was collected in ``folder``; also writes it there (``summary.json``, ...)."""
+
+    @abstractmethod
+    def render(self, summary: Summary, console: Console, *, script: str, result_dir: Path,
+               instrumentation: Instrumentation) -> None:
+        """Print ``summary`` for a person."""

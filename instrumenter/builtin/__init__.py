@@ -1,0 +1,77 @@
+"""The built-in backend: autoitt's own ITT collector records every ITT task of the run; no VTune needed.
+
+run: the launcher's command with the collector attached (:mod:`instrumenter.collector`),
+each process writing ``itt/itt-<pid>.bin`` (format: :mod:`.tracefile`);
+read: traces -> intervals -> statistics (:mod:`.taskstats`), ``trace.json``
+(:mod:`.chrome_trace`), ``steps.svg`` (:mod:`.plot`) and ``summary.json``;
+render: :mod:`.render`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..backend import Backend, Finished, Job, Say
+from ..instrumentation import Instrumentation
+from ..results import RunRecord
+from ..summary import Summary
+
+#: The collector's per-process files, inside the result folder.
+TRACE_SUBDIR = "itt"
+
+
+class BuiltinBackend(Backend):
+    name = "builtin"
+
+    def run(self, job: Job, say: Say) -> Finished:
+        from ..collector import environment
+
+        if job.options.vtune_flags_given:
+            say(f"{', '.join(job.options.vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
+        say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
+        env = dict(os.environ)
+        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused))
+        started = time.perf_counter()
+        # --json keeps autoitt's stdout for the summary: the script prints to stderr.
+        process = subprocess.Popen(job.command, env=env,
+                                   stdout=sys.stderr.fileno() if job.options.json_output else None)
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            # The target got the same SIGINT; let it finish writing what it recorded.
+            code = process.wait()
+        return Finished(code, time.perf_counter() - started)
+
+    def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
+        """Read the traces once; write trace.json, summary.json and steps.svg from them."""
+        from ..files import atomic_write
+        from . import chrome_trace
+        from .plot import step_time_svg
+        from .taskstats import intervals, summarize
+        from .tracefile import read_trace_dir
+
+        trace_dir = folder / TRACE_SUBDIR
+        traces = read_trace_dir(trace_dir) if trace_dir.is_dir() else []
+        items, unfinished = intervals(traces)
+        summary = summarize(traces, items, unfinished, record.elapsed_s, instrumentation.step_labels,
+                            instrumentation.domains, instrumentation.start_paused)
+        if not traces:
+            summary.warnings.append("the collector wrote no trace file: no process of the run loaded it "
+                                    "(was ittapi imported? did the script start?)")
+        script_name = Path(record.script).name
+        for name, text in (("trace.json", json.dumps(chrome_trace.build(traces, items, script_name))),
+                           ("summary.json", json.dumps(summary.to_json(), indent=2) + "\n"),
+                           ("steps.svg", step_time_svg(summary.steps, f"Step time, {script_name}"))):
+            atomic_write(folder / name, text.encode())
+        return summary
+
+    def render(self, summary: Summary, console, *, script: str, result_dir: Path,
+               instrumentation: Instrumentation) -> None:
+        from .render import render
+
+        render(summary, console, script=script, result_dir=result_dir, own_domain=instrumentation.domain)

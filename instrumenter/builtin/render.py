@@ -1,0 +1,62 @@
+"""The built-in backend's summary on a terminal, in the spirit of VTune's Summary window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+from rich.console import Console
+
+from ..console import collected_line, duration, table
+from ..summary import Summary, TaskStats
+from .taskstats import TORCH_DOMAIN
+
+_TOP = 12
+
+
+def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str]:
+    """autoitt's domains first (the entry script's, then its modules'), then PyTorch, then the rest."""
+    return sorted({t.domain for t in tasks},
+                  key=lambda d: (d != own_domain, not d.startswith("autoitt."), d != TORCH_DOMAIN, d))
+
+
+def render(summary: Summary, console: Console, *, script: str, result_dir: Path, own_domain: Optional[str]) -> None:
+    """Collected time, tasks per domain, step time, top operators, warnings, and where the files are."""
+    share = collected_line(summary.elapsed_s, summary.collected_s)
+    console.print(f"[bold]autoitt profile[/bold] of {script}, builtin backend")
+    console.print(f"  elapsed {duration(summary.elapsed_s)}; collected (resume..pause) "
+                  f"{duration(summary.collected_s)}{share}; {summary.processes} process(es), "
+                  f"{summary.threads} thread(s), {summary.events} events")
+    if not summary.tasks:
+        console.print("[yellow]No ITT tasks were recorded.[/yellow] Either no training region ran, or it never "
+                      "resumed collection (see loops.json in the result folder).")
+
+    for domain in _domain_order(summary.tasks, own_domain):
+        rows = [t for t in summary.tasks if t.domain == domain]
+        rows.sort(key=lambda t: -t.total_s if domain != TORCH_DOMAIN else -t.self_s)
+        title = f"Top tasks, domain {domain}" + (f" (top {_TOP} of {len(rows)} by self time)"
+                                                if domain == TORCH_DOMAIN and len(rows) > _TOP else "")
+        rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "share"))
+        for task in rows[:_TOP] if domain == TORCH_DOMAIN else rows:
+            rows_table.add_row(task.name, str(task.count), duration(task.total_s), duration(task.self_s),
+                               duration(task.mean_s), duration(task.min_s), duration(task.max_s), f"{task.share:.1%}")
+        console.print(rows_table)
+
+    for step in summary.steps:
+        ratio = step.first_s / step.steady_mean_s if step.steady_mean_s else 0.0
+        console.print(
+            f"[bold]Step time[/bold] ({step.label}, {step.count} steps): mean {duration(step.mean_s)}, "
+            f"median {duration(step.median_s)}, p95 {duration(step.p95_s)}; first step {duration(step.first_s)} "
+            f"vs steady state {duration(step.steady_mean_s)} ({ratio:.1f}x)"
+        )
+
+    if summary.operators:
+        rows_table = table("Top PyTorch operators by self time", ("operator", "count", "self", "total", "share"))
+        for op in summary.operators:
+            rows_table.add_row(op.name, str(op.count), duration(op.self_s), duration(op.total_s), f"{op.share:.1%}")
+        console.print(rows_table)
+
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
+                  f"`autoitt report {result_dir}` prints this again.")

@@ -1,0 +1,170 @@
+"""``instrumentation.json``: what the rewrite decided for a profiled run, saved once, read by every later stage.
+
+``autoitt profile`` instruments the script and its local modules into the
+result folder, then writes this file. The launcher reads it to run each copy
+in place of its original and to show the original's file and lines in
+tracebacks; the built-in backend reads the domains and step labels from it;
+the VTune backend maps the lines VTune reports on a copy back to the
+original. Nothing re-derives these facts from the copies.
+
+Format (version 1), a JSON object::
+
+    {"format": 1,
+     "script": "train.py",                 # the script as the user named it
+     "start_paused": true,                 # collection starts paused (the copy resumes it)
+     "files": [                            # the script first, then the local modules it imports
+       {"path": "/abs/train.py",           # the original
+        "relative": "train.py",            # relative to the script's folder
+        "module": null,                    # the module name it is imported as (null for the script)
+        "runs": "/abs/results/train_itt.py",  # what runs in its place; null: the original itself
+        "outcome": "instrumented",         # or "nothing to instrument", "already instrumented"
+        "domain": "autoitt.train",         # the ITT domain of its markers
+        "step_labels": ["step"],           # task names of its step iterations
+        "window": false,                   # its copy imports instrumenter.window (--skip-steps/--steps)
+        "sha256": "...",                   # of the original's bytes, to tell a script edited since
+        "regions": [{"line": 101, ...}],   # as ``autoitt loops --json`` prints them
+        "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]}}]}
+
+``line_map`` maps lines of ``runs`` to lines of ``path``; see
+:class:`transforms.LineMap` (every line not listed in ``inserted`` is the next
+line of the original).
+
+The launcher reads this file with the standard library alone (it runs inside
+the user's process): keep the format plain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from transforms import LineMap, Outcome, SourceError
+
+FILE = "instrumentation.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of the profiled project; see the module docstring for each field."""
+
+    path: str
+    relative: str
+    module: Optional[str]
+    runs: Optional[str]
+    outcome: str
+    domain: str
+    step_labels: Tuple[str, ...]
+    window: bool
+    sha256: str
+    regions: Tuple[dict, ...]
+    line_map: LineMap
+
+    @property
+    def instrumented(self) -> bool:
+        return self.outcome == Outcome.INSTRUMENTED.value
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "relative": self.relative, "module": self.module, "runs": self.runs,
+                "outcome": self.outcome, "domain": self.domain, "step_labels": list(self.step_labels),
+                "window": self.window, "sha256": self.sha256, "regions": list(self.regions),
+                "line_map": self.line_map.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FileRecord":
+        return cls(path=data["path"], relative=data["relative"], module=data["module"], runs=data["runs"],
+                   outcome=data["outcome"], domain=data["domain"], step_labels=tuple(data["step_labels"]),
+                   window=bool(data["window"]), sha256=data["sha256"], regions=tuple(data["regions"]),
+                   line_map=LineMap.from_json(data["line_map"]))
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Instrumentation:
+    """The record of one profiled run's instrumentation: the script first, then its local modules."""
+
+    script: str
+    start_paused: bool
+    files: Tuple[FileRecord, ...]
+
+    @property
+    def entry(self) -> FileRecord:
+        return self.files[0]
+
+    @property
+    def domain(self) -> str:
+        """The entry script's domain, shown first in summaries."""
+        return self.entry.domain
+
+    @property
+    def domains(self) -> List[str]:
+        """Every domain autoitt's markers record on (the script's own when nothing was instrumented)."""
+        return sorted({f.domain for f in self.files if f.instrumented}) or [self.domain]
+
+    @property
+    def step_labels(self) -> List[str]:
+        return sorted({label for f in self.files for label in f.step_labels})
+
+    @property
+    def regions(self) -> List[dict]:
+        """Every region, with the ``path`` of its file: the content of ``loops.json``."""
+        return [{**region, "path": f.relative} for f in self.files for region in f.regions]
+
+    def file_running(self, path: str) -> Optional[FileRecord]:
+        """The record of the file whose copy is ``path``, if ``path`` names a copy.
+
+        A profiler may name a file by its base name alone; only the script's
+        copy (``<stem>_itt.py``) can be told by that: a module's copy has its
+        original's name.
+        """
+        given = Path(path)
+        for record in self.files:
+            if record.runs is None:
+                continue
+            runs = Path(record.runs)
+            if given == runs or (record is self.entry and given.name == runs.name != Path(record.path).name):
+                return record
+        return None
+
+    def file_at(self, path: str) -> Optional[FileRecord]:
+        """The record of the original file at ``path``, if it is one of the project's."""
+        try:
+            resolved = str(Path(path).resolve())
+        except OSError:
+            return None
+        return next((record for record in self.files if record.path == resolved), None)
+
+    def shown_path(self, record: FileRecord) -> str:
+        """A file of the project as the user would name it: the script as typed, modules beside it."""
+        return self.script if record is self.entry else str(Path(self.script).parent / record.relative)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "script": self.script, "start_paused": self.start_paused,
+                "files": [f.to_json() for f in self.files]}
+
+    def save(self, folder: Path) -> Path:
+        from .files import atomic_write
+
+        path = folder / FILE
+        atomic_write(path, (json.dumps(self.to_json(), indent=2) + "\n").encode())
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> "Instrumentation":
+        path = folder / FILE
+        if not path.is_file():
+            raise SourceError(str(folder), f"not an autoitt result folder (no {FILE})")
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, this autoitt reads {FORMAT}")
+            return cls(script=data["script"], start_paused=bool(data["start_paused"]),
+                       files=tuple(FileRecord.from_json(f) for f in data["files"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SourceError(str(path), f"unreadable: {exc}") from None

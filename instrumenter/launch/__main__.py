@@ -1,0 +1,275 @@
+"""Run an instrumented copy as if it were the original script.
+
+``python <this folder> [--instrumentation FILE] COPY ORIGINAL [ARGS...]``
+executes COPY's code as ``__main__`` with ``__file__``, ``sys.argv[0]`` and
+``sys.path[0]`` of ORIGINAL, in the caller's working directory, so sibling
+imports and paths relative to the script resolve exactly as they would for
+``python ORIGINAL ARGS...``. The exit code is the script's: an uncaught
+exception exits 1 with its traceback, ``sys.exit(n)`` exits n.
+
+autoitt starts it by its folder's path, never as ``python -m
+instrumenter.launch``: ``-m`` would put the working directory first on
+``sys.path``, where a module of the user's named ``instrumenter`` would be
+found instead. Run by path, ``sys.path[0]`` is this folder (it holds nothing
+else to import) until the script's folder takes its place, and nothing of
+autoitt's package is imported: the user's own ``instrumenter``,
+``transforms`` or ``launch`` modules stay importable, as themselves.
+(``python -m instrumenter.launch`` works too, where nothing shadows it.)
+
+With ``--instrumentation FILE`` (``instrumentation.json``, documented in
+:mod:`instrumenter.instrumentation`):
+
+* code is compiled under its original's file name, with the line numbers (and
+  columns) of the original: tracebacks, warnings and ``inspect`` show the
+  user's file, lines and source, never the copy's. Frames of this launcher are
+  left out of the traceback of an uncaught exception;
+* an import hook runs the instrumented copy of each local module in place of
+  the original: the module keeps its name, ``__file__`` and package, only its
+  code is the copy's. No bytecode is cached for these modules, so a later
+  plain run cannot pick up markers;
+* a windowed copy's ``from instrumenter.window import CollectionWindow`` gets
+  autoitt's window, even where the user's own ``instrumenter`` would shadow it.
+
+When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes the exit code to
+``$AUTOITT_EXIT_DIR/<pid>``: a profiler that runs the script (VTune) returns
+its own exit code, and this file is how autoitt tells a failing script from a
+failing profiler, per process (one file per MPI rank).
+
+Stdlib only: this module runs inside the user's training process.
+"""
+
+import ast
+import bisect
+import builtins
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import sys
+import types
+
+EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
+INSTRUMENTATION_OPTION = "--instrumentation"
+WINDOW_MODULE = "instrumenter.window"
+
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Lines:
+    """The ``line_map`` of one copy (see ``transforms.LineMap``), with both files' indentation.
+
+    Maps a position in the copy to the same code in the original: the line,
+    and the column less the indentation the rewrite added to that line.
+    """
+
+    def __init__(self, line_map: dict, copy: bytes, original: bytes) -> None:
+        self.inserted = {int(c): int(o) for c, o in line_map["inserted"]}
+        self.sorted = sorted(self.inserted)
+        self.copy_indent = [_indent(line) for line in _NEWLINE.split(copy)]
+        self.original_lines = _NEWLINE.split(original)
+
+    def line(self, copy_line: int) -> int:
+        if copy_line in self.inserted:
+            return self.inserted[copy_line]
+        return copy_line - bisect.bisect_left(self.sorted, copy_line)
+
+    def column(self, copy_line: int, column: int, end: bool) -> int:
+        line = self.line(copy_line)
+        original = self.original_lines[line - 1] if line <= len(self.original_lines) else b""
+        if copy_line in self.inserted:  # autoitt's own line: the whole original line it is shown as
+            return len(original) if end else _indent(original)
+        shift = self.copy_indent[copy_line - 1] - _indent(original) if copy_line <= len(self.copy_indent) else 0
+        return max(column - shift, 0)
+
+
+def _indent(line: bytes) -> int:
+    return len(line) - len(line.lstrip(b" \t\f"))
+
+
+def _compile(copy_path: str, filename: str, lines: "_Lines | None"):
+    """The copy's code object, named ``filename``; with ``lines``, at the original's positions."""
+    with open(copy_path, "rb") as handle:
+        data = handle.read()
+    if lines is None:
+        return compile(data, filename, "exec", dont_inherit=True)
+    tree = ast.parse(data, filename)
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) is None or getattr(node, "end_lineno", None) is None:
+            continue
+        start = (lines.line(node.lineno), lines.column(node.lineno, node.col_offset, end=False))
+        end = (lines.line(node.end_lineno), lines.column(node.end_lineno, node.end_col_offset, end=True))
+        if end < start:  # a statement ending on a marker shown at its region's first line
+            end = start
+        (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset) = start, end
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+class _Instrumentation:
+    """What ``instrumentation.json`` says about each file: which copy runs for it, and its line map."""
+
+    def __init__(self, path: str) -> None:
+        with open(path) as handle:
+            data = json.load(handle)
+        self.files = {os.path.realpath(f["path"]): f for f in data["files"]}
+
+    def lines_of(self, original: str, copy: str) -> "_Lines | None":
+        record = self.files.get(os.path.realpath(original))
+        if record is None or record["runs"] is None or not record["line_map"]["inserted"]:
+            return None
+        with open(copy, "rb") as handle, open(original, "rb") as source:
+            return _Lines(record["line_map"], handle.read(), source.read())
+
+    def copies(self) -> dict:
+        """original -> copy, for the local modules that run from copies."""
+        return {path: f["runs"] for path, f in list(self.files.items())[1:] if f["runs"] is not None}
+
+    @property
+    def windowed(self) -> bool:
+        return any(f["window"] for f in self.files.values())
+
+
+class _CopyLoader(importlib.abc.Loader):
+    """Executes an instrumented copy as the module it was made from."""
+
+    def __init__(self, copy: str, instrumentation: _Instrumentation) -> None:
+        self.copy = copy
+        self.instrumentation = instrumentation
+
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module) -> None:
+        original = module.__spec__.origin
+        code = _compile(self.copy, original, self.instrumentation.lines_of(original, self.copy))
+        exec(code, module.__dict__)
+
+
+class _CopyFinder(importlib.abc.MetaPathFinder):
+    """Finds modules as usual, then swaps in the loader of their instrumented copy."""
+
+    def __init__(self, instrumentation: _Instrumentation) -> None:
+        self.instrumentation = instrumentation
+        self.copies = instrumentation.copies()
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or not spec.origin:
+            return spec
+        copy = self.copies.get(os.path.realpath(spec.origin))
+        if copy is None:
+            return spec
+        spec.loader = _CopyLoader(copy, self.instrumentation)
+        spec.cached = None
+        spec.has_location = True
+        return spec
+
+
+def _load_window() -> None:
+    """autoitt's window runtime as ``instrumenter.window``, without importing (or shadowing) a package
+    ``instrumenter``: the copy imports it by that full name, which the import system finds here first."""
+    path = os.path.join(os.path.dirname(_HERE), "window.py")
+    spec = importlib.util.spec_from_file_location(WINDOW_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[WINDOW_MODULE] = module
+    spec.loader.exec_module(module)
+
+
+def _outside_launcher(tb):
+    """``tb`` without the frames of this launcher and of the import machinery it calls."""
+    frames = []
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not (os.path.dirname(os.path.abspath(filename)) == _HERE
+                or filename.startswith("<frozen importlib._bootstrap") or filename == "<frozen runpy>"):
+            frames.append(tb)
+        tb = tb.tb_next
+    result = None
+    for frame in reversed(frames):
+        result = types.TracebackType(result, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return result
+
+
+def _report_uncaught(exc: BaseException) -> None:
+    """Show an exception the script did not catch as Python would, minus the launcher's frames."""
+    seen = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = _outside_launcher(current.__traceback__)
+        pending.extend((current.__cause__, current.__context__))
+    sys.excepthook(type(exc), exc, exc.__traceback__)
+
+
+def run(copy: str, original: str, args: list, instrumentation: "_Instrumentation | None" = None) -> None:
+    main = types.ModuleType("__main__")
+    # As for `python train.py`: __file__ and sys.path[0] absolute, argv[0] as typed.
+    main.__file__ = os.path.abspath(original)
+    main.__builtins__ = builtins
+    main.__spec__ = None
+    main.__loader__ = None
+    lines = instrumentation.lines_of(original, copy) if instrumentation is not None else None
+    code = _compile(copy, main.__file__ if instrumentation is not None else copy, lines)
+    sys.modules["__main__"] = main
+    sys.argv[:] = [original, *args]
+    # In place of this folder (run by path) or of the working directory (-m): the script's own.
+    sys.path[0] = os.path.dirname(main.__file__)
+    try:
+        exec(code, main.__dict__)
+    except (SystemExit, KeyboardInterrupt):
+        raise  # Python's own handling: its exit code, its end by SIGINT after finalization
+    except BaseException as exc:
+        _report_uncaught(exc)
+        raise SystemExit(1) from None
+
+
+def _exit_status(code) -> int:
+    """The status the process will exit with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    return code % 256 if isinstance(code, int) else 1
+
+
+def main(argv: list) -> None:
+    instrumentation = None
+    if argv[:1] == [INSTRUMENTATION_OPTION] and len(argv) > 1:
+        instrumentation = _Instrumentation(argv[1])
+        argv = argv[2:]
+    if len(argv) < 2:
+        sys.exit(f"usage: python {_HERE} [{INSTRUMENTATION_OPTION} FILE] COPY ORIGINAL [ARGS...]")
+    # Popped, so the script's environment (and its children's) is as without autoitt.
+    exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
+    if instrumentation is not None:
+        if instrumentation.copies():
+            sys.meta_path.insert(0, _CopyFinder(instrumentation))
+        if instrumentation.windowed:
+            _load_window()
+    if not exit_dir:
+        run(argv[0], argv[1], argv[2:], instrumentation)
+        return
+    status = 1  # an uncaught exception
+    try:
+        run(argv[0], argv[1], argv[2:], instrumentation)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+        raise
+    except KeyboardInterrupt:
+        status = 130  # what a shell reports for a run stopped by SIGINT
+        raise
+    finally:
+        try:
+            os.makedirs(exit_dir, exist_ok=True)
+            with open(os.path.join(exit_dir, str(os.getpid())), "w") as handle:
+                handle.write(f"{status}\n")
+        except OSError:
+            pass  # never turn the script's own outcome into a launcher error
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,72 @@
+"""The options of ``autoitt profile``, parsed once by the CLI into one frozen object handed down.
+
+What is inserted is the :class:`~transforms.Mode`; the rest says where the
+results go, which backend collects, and how VTune runs when it does.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # the CLI imports these options to build its help; transforms is not needed for that
+    from transforms import Mode
+
+#: The ``--backend`` choices: auto picks VTune where it is installed, else the built-in collector.
+BACKENDS = ("auto", "builtin", "vtune")
+
+#: autoitt's VTune analysis names, in the order they always run, and VTune's names for them.
+ANALYSES: Dict[str, str] = {"hotspots": "hotspots", "uarch": "uarch-exploration"}
+SAMPLING_MODES = ("sw", "hw")
+
+#: ``-data-limit`` in MB; 0 is unlimited. VTune stops collecting when the limit
+#: is reached (historic defaults: 100, then 500 MB), and a profile cut off that
+#: way covers the first steps only -- the warm-up -- while looking complete.
+#: Collection is already narrowed to training by -start-paused, and --steps
+#: bounds it further, so autoitt passes "unlimited" unless told otherwise.
+DEFAULT_DATA_LIMIT_MB = 0
+
+
+def parse_analyses(text: str) -> Tuple[str, ...]:
+    """``"uarch,hotspots"`` -> ``("hotspots", "uarch")``: known names only, always in run order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ANALYSES]
+    if unknown or not names:
+        raise ValueError(f"expected a comma list of {', '.join(ANALYSES)}; got {text!r}")
+    return tuple(name for name in ANALYSES if name in names)
+
+
+def split_args(values: Sequence[str]) -> Tuple[str, ...]:
+    """Each value is split as a shell would (``"-knob sampling-interval=5"`` is two arguments)."""
+    return tuple(arg for value in values for arg in shlex.split(value))
+
+
+@dataclass(frozen=True)
+class VTuneOptions:
+    """How VTune runs (ignored, with a note, by the built-in backend)."""
+
+    analyses: Tuple[str, ...] = tuple(ANALYSES)
+    sampling_mode: str = "sw"
+    data_limit_mb: int = DEFAULT_DATA_LIMIT_MB
+    extra_args: Tuple[str, ...] = ()
+    #: A launcher VTune runs inside, e.g. ``("mpirun", "-n", "4")``: one vtune per rank.
+    launcher: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Everything ``autoitt profile`` was asked, before SCRIPT and its arguments.
+
+    ``json_output``: the summary goes to stdout as JSON, so the script's own
+    output goes to stderr. ``vtune_flags_given``: the VTune options the user
+    typed, named in the note that the built-in backend ignores them.
+    """
+
+    mode: "Mode"
+    backend: str = "auto"
+    result_dir: Optional[Path] = None
+    json_output: bool = False
+    vtune: VTuneOptions = field(default_factory=VTuneOptions)
+    vtune_flags_given: Tuple[str, ...] = ()

@@ -1,0 +1,302 @@
+"""The marker vocabulary: every name, statement and shape of the code autoitt inserts.
+
+The grammar is written once, here. :class:`Markers` *builds* the inserted
+statements as code text (the plan holds that text, the rewrite parses it);
+:class:`MarkerMatcher` *recognises* them in a parsed copy (``strip`` and the
+line map use it). A copy looks like this, and like nothing else::
+
+    import ittapi.compat as itt                       # ITT_MODULE, under a free name
+    [from instrumenter.window import CollectionWindow]  # WINDOW_MODULE, windowed copies only
+
+    # autoitt: instrumented copy of train.py; ...     # INSTRUMENTED_MARKER
+    [itt = CollectionWindow(itt, skip_steps=N, steps=M, step_tasks=("step",))]
+    _autoitt_domain = itt.domain_create("autoitt.train")
+    [_autoitt_pt_0 = itt.pt_region_create("step")]
+    ...
+    itt.resume()                                      # markers: one call each, on their own line
+    itt.task_begin(_autoitt_domain, "epoch_loop")
+    torch.profiler.itt.range_push("training")
+    try:
+        with torch.autograd.profiler.emit_itt():
+            <the user's statement>
+    finally:
+        torch.profiler.itt.range_pop()
+        itt.task_end(_autoitt_domain)
+        itt.pause()
+
+Building is pure text and imports nothing; matching needs libcst nodes and
+imports libcst only when a matcher is made, so detection and planning stay
+quick to start.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional, Tuple
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+#: The ITT binding the markers call (NERSC itt-python's API, shipped by ittapi).
+ITT_MODULE = "ittapi.compat"
+#: Names the copy may bind ``ittapi.compat`` to, in order of preference (the first the script does not use).
+ITT_NAMES = ("itt", "_autoitt_itt")
+#: The module-level name of the copy's ITT domain (numbered when the script uses it).
+DOMAIN_VAR = "_autoitt_domain"
+#: The module-level names of anomaly-detection regions, numbered from 0.
+PT_REGION_VAR = "_autoitt_pt_{}"
+#: Text autoitt puts in every copy it writes; its presence means "already instrumented".
+INSTRUMENTED_MARKER = "# autoitt: instrumented"
+#: The runtime a windowed copy (``--skip-steps``/``--steps``) imports: a module of
+#: autoitt's own package, so such a copy needs autoitt installed where it runs.
+WINDOW_MODULE = "instrumenter.window"
+WINDOW_CLASS = "CollectionWindow"
+
+#: The ittapi.compat calls markers make (one statement each).
+MARKER_CALLS = ("resume", "pause", "task_begin", "task_end", "pt_region_begin", "pt_region_end")
+#: The calls of header assignments: ``<var> = <itt>.<call>(...)``.
+HEADER_CALLS = ("domain_create", "pt_region_create")
+#: PyTorch's own ITT range (on its ``PyTorch`` domain): ``<torch>.profiler.itt.range_push/range_pop``.
+TORCH_RANGE = ("profiler", "itt")
+TORCH_RANGE_CALLS = ("range_push", "range_pop")
+#: ``<torch>.autograd.profiler.emit_itt()``: every PyTorch operator becomes an ITT task.
+EMIT_ITT = ("autograd", "profiler", "emit_itt")
+
+
+def quote(text: str) -> str:
+    """A double-quoted Python literal for any text (JSON's escapes are valid Python ones)."""
+    return json.dumps(text)
+
+
+def free_name(candidates: Tuple[str, ...], names_in_use: Iterable[str]) -> str:
+    """The first candidate the script does not use, else the last one numbered until free."""
+    used = set(names_in_use)
+    for name in candidates:
+        if name not in used:
+            return name
+    number = 2
+    while f"{candidates[-1]}_{number}" in used:
+        number += 1
+    return f"{candidates[-1]}_{number}"
+
+
+@dataclass(frozen=True)
+class Markers:
+    """The statements of one copy, as code text: ``itt`` and ``domain`` are the names it binds.
+
+    ``torch`` is the name PyTorch is imported under when the copy wraps
+    training in ``emit_itt()``, else ``None``.
+    """
+
+    itt: str = ITT_NAMES[0]
+    domain: str = DOMAIN_VAR
+    torch: Optional[str] = None
+
+    def _call(self, function: str, *args: str) -> str:
+        return f"{self.itt}.{function}({', '.join(args)})"
+
+    # -- markers: one statement each ------------------------------------------------------------
+
+    def resume(self) -> str:
+        return self._call("resume")
+
+    def pause(self) -> str:
+        return self._call("pause")
+
+    def task_begin(self, label: str) -> str:
+        return self._call("task_begin", self.domain, quote(label))
+
+    def task_end(self) -> str:
+        return self._call("task_end", self.domain)
+
+    def pt_region_begin(self, region_var: str) -> str:
+        return self._call("pt_region_begin", region_var)
+
+    def pt_region_end(self, region_var: str) -> str:
+        return self._call("pt_region_end", region_var)
+
+    def range_push(self, name: str) -> str:
+        return f"{self.torch}.{'.'.join(TORCH_RANGE)}.{TORCH_RANGE_CALLS[0]}({quote(name)})"
+
+    def range_pop(self) -> str:
+        return f"{self.torch}.{'.'.join(TORCH_RANGE)}.{TORCH_RANGE_CALLS[1]}()"
+
+    def emit_itt(self) -> str:
+        """The context expression PyTorch training runs inside."""
+        return f"{self.torch}.{'.'.join(EMIT_ITT)}()"
+
+    # -- the header ------------------------------------------------------------------------------
+
+    def imports(self, windowed: bool) -> Tuple[Tuple[str, Optional[str], Optional[str]], ...]:
+        """(module, name-or-None, asname-or-None) of each import, for libcst's AddImportsVisitor."""
+        found: Tuple[Tuple[str, Optional[str], Optional[str]], ...] = ((ITT_MODULE, None, self.itt),)
+        return found + ((WINDOW_MODULE, WINDOW_CLASS, None),) if windowed else found
+
+    def header_comment(self, source_name: str) -> str:
+        return (f"{INSTRUMENTED_MARKER} copy of {source_name}; "
+                f"the markers are the lines using {self.itt} and _autoitt_*")
+
+    def window(self, skip_steps: int, steps: Optional[int], step_tasks: Tuple[str, ...]) -> str:
+        tasks = ", ".join(quote(s) for s in step_tasks) + ("," if len(step_tasks) == 1 else "")
+        return f"{self.itt} = {WINDOW_CLASS}({self.itt}, skip_steps={skip_steps}, steps={steps}, step_tasks=({tasks}))"
+
+    def domain_create(self, name: str) -> str:
+        return f"{self.domain} = {self._call(HEADER_CALLS[0], quote(name))}"
+
+    def pt_region_create(self, region_var: str, label: str) -> str:
+        return f"{region_var} = {self._call(HEADER_CALLS[1], quote(label))}"
+
+
+# -- recognising the markers in a parsed copy ----------------------------------------------------
+
+def dotted(node: "cst.CSTNode") -> Optional[str]:
+    """``a.b.c`` for a libcst chain of attribute accesses on a name, else ``None``."""
+    import libcst as cst
+
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _single(statement: "cst.CSTNode", kind: type) -> Optional["cst.CSTNode"]:
+    """The one small statement of a statement line, when it is of ``kind``."""
+    import libcst as cst
+
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], kind):
+        return statement.body[0]
+    return None
+
+
+def _receiver_and_path(func: "cst.CSTNode", length: int) -> Optional[Tuple[str, Tuple[str, ...]]]:
+    """``torch.profiler.itt.range_push`` -> ("torch", ("profiler", "itt", "range_push")) for a chain of ``length``."""
+    name = dotted(func)
+    parts = name.split(".") if name else []
+    return (parts[0], tuple(parts[1:])) if len(parts) == length else None
+
+
+def itt_import_name(module: "cst.Module") -> Optional[str]:
+    """The name a copy binds ``ittapi.compat`` to (``itt``), or ``None`` when it has no such import."""
+    import libcst as cst
+
+    for statement in module.body:
+        small = _single(statement, cst.Import)
+        for alias in small.names if small is not None else ():
+            if (dotted(alias.name) == ITT_MODULE and alias.asname is not None
+                    and isinstance(alias.asname.name, cst.Name)):
+                return alias.asname.name.value
+    return None
+
+
+class MarkerMatcher:
+    """Recognises the markers and header of one copy, whose ``ittapi.compat`` is bound to ``itt``.
+
+    Plain ``isinstance`` checks on the few node shapes the vocabulary has
+    (libcst's matchers module costs more to import than the whole rewrite).
+    """
+
+    def __init__(self, itt: str, domain: str) -> None:
+        import libcst as cst
+
+        self._cst = cst
+        self.itt = itt
+        self.domain = domain
+
+    @classmethod
+    def for_copy(cls, module: "cst.Module") -> Optional["MarkerMatcher"]:
+        """The matcher for ``module``, or ``None`` when it does not import ``ittapi.compat`` under a name."""
+        itt = itt_import_name(module)
+        if itt is None:
+            return None
+        domain = DOMAIN_VAR
+        for statement in module.body:
+            target = _assigned_name(statement)
+            call = _assigned_call(statement)
+            if target is not None and call is not None and dotted(call.func) == f"{itt}.{HEADER_CALLS[0]}":
+                domain = target
+                break
+        return cls(itt, domain)
+
+    def _call(self, statement: "cst.CSTNode") -> Optional["cst.Call"]:
+        expr = _single(statement, self._cst.Expr)
+        return expr.value if expr is not None and isinstance(expr.value, self._cst.Call) else None
+
+    def is_marker(self, statement: "cst.CSTNode") -> bool:
+        """A statement line that is one marker call: an ittapi.compat call or PyTorch's ITT range."""
+        call = self._call(statement)
+        if call is None:
+            return False
+        name = dotted(call.func)
+        if name is not None and name.startswith(self.itt + ".") and name[len(self.itt) + 1:] in MARKER_CALLS:
+            return True
+        chain = _receiver_and_path(call.func, 4)
+        return chain is not None and chain[1][:2] == TORCH_RANGE and chain[1][2] in TORCH_RANGE_CALLS
+
+    def is_task_marker(self, statement: "cst.CSTNode") -> bool:
+        """``<itt>.task_begin(<domain>, ...)`` or ``<itt>.task_end(<domain>)``."""
+        call = self._call(statement)
+        return (call is not None and dotted(call.func) in (f"{self.itt}.task_begin", f"{self.itt}.task_end")
+                and bool(call.args) and isinstance(call.args[0].value, self._cst.Name)
+                and call.args[0].value.value == self.domain)
+
+    def is_emit_itt(self, statement: "cst.CSTNode") -> bool:
+        """``with <torch>.autograd.profiler.emit_itt():``, the only item, bound to nothing."""
+        cst = self._cst
+        if not isinstance(statement, cst.With) or len(statement.items) != 1:
+            return False
+        item = statement.items[0]
+        if item.asname is not None or not isinstance(item.item, cst.Call) or item.item.args:
+            return False
+        chain = _receiver_and_path(item.item.func, 4)
+        return chain is not None and chain[1] == EMIT_ITT
+
+    def is_wrapping_try(self, node: "cst.CSTNode") -> bool:
+        """``try: ... finally: <markers>`` with at least one task marker, and nothing else."""
+        if not isinstance(node, self._cst.Try) or node.handlers or node.orelse or node.finalbody is None:
+            return False
+        final = node.finalbody.body.body
+        return bool(final) and all(self.is_marker(s) for s in final) and any(self.is_task_marker(s) for s in final)
+
+    def is_itt_import(self, statement: "cst.CSTNode") -> bool:
+        small = _single(statement, self._cst.Import)
+        return small is not None and [dotted(a.name) for a in small.names] == [ITT_MODULE]
+
+    def is_header(self, statement: "cst.CSTNode") -> bool:
+        """One of the header's statements: the ittapi or window import, or an assignment of
+        ``<itt>.domain_create(...)``, ``<itt>.pt_region_create(...)`` or ``CollectionWindow(...)``."""
+        if self.is_itt_import(statement):
+            return True
+        cst = self._cst
+        small = _single(statement, cst.ImportFrom)
+        if small is not None:
+            return (small.module is not None and dotted(small.module) == WINDOW_MODULE
+                    and not isinstance(small.names, cst.ImportStar)
+                    and [dotted(a.name) for a in small.names] == [WINDOW_CLASS])
+        call = _assigned_call(statement)
+        if _assigned_name(statement) is None or call is None:
+            return False
+        name = dotted(call.func)
+        return name == WINDOW_CLASS or name in (f"{self.itt}.{c}" for c in HEADER_CALLS)
+
+
+def _assigned_name(statement: "cst.CSTNode") -> Optional[str]:
+    """``x`` of a statement line ``x = ...`` with one plain name as its only target."""
+    import libcst as cst
+
+    assign = _single(statement, cst.Assign)
+    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    return assign.targets[0].target.value
+
+
+def _assigned_call(statement: "cst.CSTNode") -> Optional["cst.Call"]:
+    import libcst as cst
+
+    assign = _single(statement, cst.Assign)
+    return assign.value if assign is not None and isinstance(assign.value, cst.Call) else None

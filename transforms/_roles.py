@@ -1,0 +1,193 @@
+"""The role of each loop: step, epoch, eval, or none; following same-file calls.
+
+A loop is a *step* when one iteration updates parameters, directly or through
+functions of the same file it calls (followed up to :data:`CALL_DEPTH` deep);
+an *epoch* when its body holds a step loop (directly or through a call) or it
+iterates over epochs and does work; an *eval* when it runs forward passes with
+gradients off, after ``model.eval()`` or in an eval-like function. A comment
+on the loop's header (``# autoitt: step``) decides instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from . import _evidence as ev
+from ._index import Function, Index, Site
+from ._names import dotted
+
+#: How many same-file calls deep detection follows from a loop body.
+CALL_DEPTH = 4
+
+_DIRECTIVE = re.compile(r"#\s*autoitt:\s*(skip|step|epoch|eval)\b", re.I)
+
+#: (role, reason), or None for a loop that is not a training region.
+Role = Optional[Tuple[str, str]]
+
+
+class Classifier:
+    """Decides the role of each loop of an :class:`~transforms._index.Index`, memoized."""
+
+    def __init__(self, index: Index, lines: Sequence[str]) -> None:
+        self.index = index
+        self.lines = lines
+        self.roles: Dict[int, Role] = {}
+        self._in_progress: Set[int] = set()
+        self._updates: Dict[Tuple[int, int], Optional[str]] = {}
+        self._training: Dict[Tuple[int, int], Optional[Tuple[int, str]]] = {}
+        self._loops_of: Dict[Optional[str], List[Site]] = {}
+        for site in index.loops:
+            key = site.function.qualname if site.function else None
+            self._loops_of.setdefault(key, []).append(site)
+
+    def directive(self, node: ast.AST) -> Optional[str]:
+        """``skip``/``step``/``epoch``/``eval`` from a ``# autoitt:`` comment on the header."""
+        first = node.lineno
+        body = getattr(node, "body", None)
+        last = body[0].lineno - 1 if body and body[0].lineno > first else first
+        if not body:
+            last = getattr(node, "end_lineno", first) or first
+        candidates = list(range(first, last + 1))
+        if first >= 2 and self.lines[first - 2].lstrip().startswith("#"):
+            candidates.insert(0, first - 1)
+        for number in candidates:
+            if number - 1 < len(self.lines):
+                match = _DIRECTIVE.search(self.lines[number - 1])
+                if match:
+                    return match.group(1).lower()
+        return None
+
+    # -- functions -----------------------------------------------------------------------------
+
+    def direct_update(self, function: Function, depth: int, seen: Set[int]) -> Optional[str]:
+        """Why calling ``function`` updates parameters once (outside its own loops)."""
+        if depth <= 0 or id(function.node) in seen:
+            return None
+        key = (id(function.node), depth)
+        if key not in self._updates:
+            # Memoized per depth, so the call bound stays exact; a cycle cut
+            # short by ``seen`` only ever hides an update, never invents one.
+            calls = self.index.function_calls(function, enter_loops=False)
+            self._updates[key] = self._update_from(calls, function, depth, seen | {id(function.node)})
+        return self._updates[key]
+
+    def _update_from(self, calls, function, depth: int, seen: Set[int]) -> Optional[str]:
+        for call in calls:
+            found = ev.update_evidence(call, self.index.bindings)
+            if found:
+                return found
+        for call in calls:
+            callee = self.index.resolve(call, function)
+            if callee is not None:
+                found = self.direct_update(callee, depth - 1, seen)
+                if found:
+                    if found.startswith("calls "):
+                        return f"calls {callee.qualname}() -> {found[len('calls '):]}"
+                    return f"calls {callee.qualname}(): {found}"
+        return None
+
+    def training_loop_in(self, function: Function, depth: int, seen: Set[int]) -> Optional[Tuple[int, str]]:
+        """(line, role) of a step or epoch loop that calling ``function`` runs."""
+        if depth <= 0 or id(function.node) in seen:
+            return None
+        key = (id(function.node), depth)
+        if key in self._training:
+            return self._training[key]
+        seen = seen | {id(function.node)}
+        found = None
+        for site in self._loops_of.get(function.qualname, []):
+            role = self.role(site)
+            if role and role[0] in ("step", "epoch"):
+                found = site.node.lineno, role[0]
+                break
+        if found is None:
+            for call in self.index.function_calls(function, enter_loops=True):
+                callee = self.index.resolve(call, function)
+                if callee is not None:
+                    found = self.training_loop_in(callee, depth - 1, seen)
+                    if found:
+                        break
+        self._training[key] = found
+        return found
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    def role(self, site: Site) -> Role:
+        key = id(site.node)
+        if key in self.roles:
+            return self.roles[key]
+        if key in self._in_progress:
+            return None
+        self._in_progress.add(key)
+        try:
+            result = self._classify(site)
+        finally:
+            self._in_progress.discard(key)
+        self.roles[key] = result
+        return result
+
+    def _classify(self, site: Site) -> Role:
+        loop = site.node
+        directive = self.directive(loop)
+        if directive == "skip":
+            return None
+        if directive:
+            return directive, f"forced by '# autoitt: {directive}'"
+        body_end = loop.body[-1].end_lineno or loop.body[-1].lineno
+        for inner in self.index.nested.get(id(loop), ()):
+            if inner.node.lineno > body_end:
+                continue  # in the loop's else clause: runs once, not every iteration
+            role = self.role(inner)
+            if role and role[0] in ("step", "epoch"):
+                return "epoch", f"contains {role[0]} loop at line {inner.node.lineno}"
+        calls = self.index.block_calls(loop.body, enter_loops=False)
+        for call in calls:
+            callee = self.index.resolve(call, site.function)
+            if callee is not None:
+                found = self.training_loop_in(callee, CALL_DEPTH, set())
+                if found:
+                    return "epoch", f"calls {callee.qualname}() which has a {found[1]} loop at line {found[0]}"
+        update = self._update_from(calls, site.function, CALL_DEPTH, set())
+        if update:
+            return "step", f"updates parameters: {update}"
+        for call in calls:
+            label = ev.train_call(call, self.index.imports)
+            if label and self.index.resolve(call, site.function) is None:
+                return "epoch", f"runs {dotted(call.func) or label}() each iteration"
+        epochs = ev.names_epochs(loop)
+        if epochs and any(ev.is_forward_call(call) for call in calls):
+            # A loop over epochs that only prints or formats (a history table) is not training.
+            return "epoch", epochs
+        context = self._eval_context(site)
+        if context and any(ev.is_forward_call(call) for call in calls):
+            return "eval", f"forward passes {context}"
+        return None
+
+    def _eval_context(self, site: Site) -> Optional[str]:
+        if site.grad_off:
+            return f"under {site.grad_off}"
+        loop = site.node
+        imports = self.index.imports
+        for stmt in loop.body:
+            if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                off = ev.first(ev.grad_disabled(item.context_expr, imports) for item in stmt.items)
+                if off:
+                    return f"under {off}"
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and ev.mode_switch(stmt.value) == "eval":
+                return f"after {dotted(stmt.value.func)}()"
+        for call in self.index.block_calls(loop.body, enter_loops=False):
+            for keyword in call.keywords:
+                if keyword.arg == "training" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False:
+                    return "with training=False"
+        for function in site.function.chain() if site.function else ():
+            if function.grad_off:
+                return f"in @{function.grad_off.rstrip('()')} {function.qualname}()"
+            if ev.eval_function_name(function.name):
+                return f"in {function.qualname}()"
+        key = site.function.qualname if site.function else None
+        before = [(line, s) for line, s in self.index.mode_switches.get(key, []) if line < loop.lineno]
+        if before and before[-1][1] == "eval":
+            return f"after .eval() at line {before[-1][0]}"
+        return None
