@@ -20,6 +20,7 @@ from . import files, launch
 from .backend import Backend, Job, Say
 from .builtin import BuiltinBackend
 from .files import Output
+from .instrumentation import FILE as INSTRUMENTATION_FILE
 from .instrumentation import FileRecord, Instrumentation, digest
 from .options import ProfileOptions
 from .project import ProjectFile, load_project
@@ -68,8 +69,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     instrumentation, notes = prepare(script, options, folder)
     for note in notes:
         say(note)
-    copy = Path(instrumentation.entry.runs)
-    command = launch.command(copy, script, args, folder / "instrumentation.json")
+    copy = copy_path(script, folder)
+    command = launch.command(copy, script, args, folder / INSTRUMENTATION_FILE)
     record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
                        command=command, notes=notes)
     record.save(folder)  # before the run, so a run that never ends can still be reported
@@ -88,6 +89,11 @@ def load(folder: Path) -> Profile:
     return Profile(folder, record, Instrumentation.load(folder), backend())
 
 
+def copy_path(script: Path, folder: Path) -> Path:
+    """Where the script's copy runs from: ``<stem>_itt.py`` in the result folder."""
+    return folder / f"{script.stem}_itt.py"
+
+
 def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instrumentation, List[str]]:
     """Instrument ``script`` and the local modules it imports into ``folder``; (the record, notes).
 
@@ -100,7 +106,7 @@ def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instru
     project = load_project(script, options.mode)
     notes = project.messages()
     entry = project.entry.result
-    copy = folder / f"{script.stem}_itt.py"
+    copy = copy_path(script, folder)
     targets = {id(item): copy if item is project.entry else folder / "modules" / item.relative
                for item in project.instrumented}
     outputs = [Output(targets[id(item)], item.result.output, item.path) for item in project.instrumented]

@@ -257,3 +257,58 @@ def test_write_failure_is_an_input_error_and_leaves_no_backup(tmp_path, monkeypa
     assert "No space left on device" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
     assert script.read_text() == "for x in data:\n    loss.backward()\n"
+
+
+# -- the one write path ---------------------------------------------------------------------------------------------
+
+
+def test_every_output_is_refused_before_any_is_written(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN)
+    (tmp_path / "b.py").write_text("# the user's own\n")
+    outputs = [files.Output(tmp_path / "a.py", b"a\n", source), files.Output(tmp_path / "b.py", b"b\n", source)]
+    with pytest.raises(files.OutputError, match="not written by autoitt"):
+        files.write_outputs(outputs)
+    assert names(tmp_path) == {"train.py", "b.py"}
+
+
+def test_an_output_in_place_keeps_a_backup_and_the_source_mode(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN)
+    source.chmod(0o750)
+    files.write_outputs([files.Output(source, b"new\n", source, in_place=True)])
+    assert (source.read_bytes(), (tmp_path / "train.py.orig").read_text()) == (b"new\n", TRAIN)
+    assert stat.S_IMODE(source.stat().st_mode) == 0o750
+
+
+def test_an_output_may_not_be_its_source_unless_in_place(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN)
+    with pytest.raises(files.OutputError, match="script itself.*--in-place"):
+        files.write_outputs([files.Output(tmp_path / "." / "train.py", b"x\n", source)], force=True)
+    assert source.read_text() == TRAIN
+
+
+def test_folders_are_made_only_when_asked(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN)
+    nested = files.Output(tmp_path / "out" / "pkg" / "m.py", b"m\n", source)
+    with pytest.raises(files.OutputError, match="does not exist"):
+        files.write_outputs([nested])
+    files.write_outputs([nested], make_folders=True)
+    assert nested.target.read_bytes() == b"m\n"
+
+
+def test_output_errors_are_not_source_errors(tmp_path: Path) -> None:
+    from transforms import SourceError
+
+    assert not issubclass(files.OutputError, SourceError)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (dict(), files.WriteBack.WRITE), (dict(in_place=True), files.WriteBack.IN_PLACE),
+    (dict(diff=True, in_place=True), files.WriteBack.DIFF), (dict(check=True), files.WriteBack.CHECK),
+    (dict(check=True, diff=True), files.WriteBack.DIFF),
+])
+def test_write_back_from_the_command_line_flags(flags, expected):
+    assert files.WriteBack.from_flags(**flags) is expected

@@ -63,11 +63,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 import transforms  # noqa: E402
 from tests.itt_recorder import Recorder  # noqa: E402
+from tests.test_linemap import assert_exact  # noqa: E402
 from transforms import Mode, Outcome, RewriteError, SourceError, instrument_source  # noqa: E402
 
-HAS_STRIP = hasattr(transforms, "strip_markers")
-#: for the tests that are only about strip; the properties skip just their (c) without it
-needs_strip = pytest.mark.skipif(not HAS_STRIP, reason="transforms.strip_markers does not exist yet")
 HAS_MATCH = sys.version_info >= (3, 10)
 
 #: Shrinking a failing script can take minutes; CI reports the failing script
@@ -793,9 +791,8 @@ def _check_script(script: Script) -> None:
     except RewriteError as exc:
         pytest.fail(f"RewriteError (autoitt's own check failed): {exc}\n{_failure_context(script)}")
 
-    if HAS_STRIP:
-        with pytest.raises(SourceError):
-            transforms.strip_markers(script.source, name)  # not a copy autoitt wrote
+    with pytest.raises(SourceError):
+        transforms.strip_markers(script.source, name)  # not a copy autoitt wrote
 
     if script.expects_step:
         # A loop whose own body updates parameters is a step loop, or an epoch loop when
@@ -812,9 +809,9 @@ def _check_script(script: Script) -> None:
     copy_code = compile(output, "generated_train_itt.py", "exec", dont_inherit=True)
     assert instrument_source(output, "generated_train_itt.py", mode).outcome is Outcome.ALREADY_INSTRUMENTED, context
 
-    # (c) strip gives back the original, byte for byte
-    if HAS_STRIP:
-        assert transforms.strip_markers(output, "generated_train_itt.py") == script.source, context
+    # (c) strip gives back the original, byte for byte, and the line map is exact
+    assert transforms.strip_markers(output, "generated_train_itt.py") == script.source, context
+    assert_exact(script.source, output, result.line_map, result.source.encoding)
 
     # (d) balanced markers on every path, (e) same behaviour as the original
     with pytest.MonkeyPatch.context() as patch:
@@ -863,7 +860,6 @@ def test_generated_scripts_with_an_indentation_per_block(script):
 # ---------------------------------------------------------------------------
 
 
-@needs_strip
 def test_body_at_the_default_indent_inside_another_indent():
     # Found by the properties: up to c3e1d07, _rewrite._wrap_body read a body's
     # IndentedBlock.indent of None (libcst: "the module's default indent") as "the
@@ -880,7 +876,6 @@ def test_body_at_the_default_indent_inside_another_indent():
 STEP_LOOP = b"for x in y:\n    loss.backward()\n"
 
 
-@needs_strip
 @pytest.mark.xfail(strict=True, reason=(
     "autoitt bug: a comment after the last statement of a wrapped region (a train call, or a loop "
     "body indented unlike the file's first block), indented between that statement and the marker "
@@ -908,34 +903,27 @@ def test_line_separators_do_not_hide_the_loops_below(before):
     assert [region.role for region in result.detection.regions] == ["step"], result.detection.notes
 
 
-@needs_strip
 @pytest.mark.parametrize("source", [STEP_LOOP + b"   \n\t\n", STEP_LOOP.replace(b"\n", b"\r")],
                          ids=["whitespace-only-lines-at-the-end", "cr-only-newlines"])
 def test_files_libcst_cannot_reproduce_are_refused_not_altered(source):
     # Found by probing: libcst drops whitespace-only lines at the end of a file and
     # the final newline of a CR-only file; autoitt up to c3e1d07 compared trees in its
-    # safety check, so the copy silently lost them. Either exact, or RewriteError.
-    try:
-        result = instrument_source(source, "round_trip.py")
-    except RewriteError:
-        return
-    assert transforms.strip_markers(result.output, "round_trip_itt.py") == source
+    # safety check, so the copy silently lost them. Now they are refused, naming the line.
+    with pytest.raises(RewriteError, match="libcst cannot reproduce this file exactly .*line 3"):
+        instrument_source(source, "round_trip.py")
 
 
-@needs_strip
 @pytest.mark.parametrize("alias", [b"itt", b"foo"])
-def test_a_script_importing_ittapi_compat_is_instrumented_exactly_or_left_alone(alias):
+def test_a_script_importing_ittapi_compat_is_left_alone_as_hand_instrumented(alias):
     # Found by probing: autoitt at a831581..c3e1d07 raised RewriteError (its own
     # safety check failed) for a script that imports ittapi.compat without calling it.
     source = b"import ittapi.compat as " + alias + b"\n" + STEP_LOOP
     result = instrument_source(source, "own_ittapi.py")
-    if result.outcome is Outcome.INSTRUMENTED:
-        assert transforms.strip_markers(result.output, "own_ittapi_itt.py") == source
-    else:
-        assert result.outcome is Outcome.ALREADY_INSTRUMENTED
+    assert result.outcome is Outcome.ALREADY_INSTRUMENTED
+    assert result.detection.already_instrumented == "hand (imports ittapi.compat at line 1)"
+    assert result.output is None
 
 
-@needs_strip
 @pytest.mark.parametrize("names", [b"_autoitt_domain = 1\n", b"itt = 1\n_autoitt_itt = 2\n"],
                          ids=["_autoitt_domain", "itt-and-_autoitt_itt"])
 def test_a_script_using_autoitt_names_is_instrumented_exactly(names):
@@ -946,17 +934,16 @@ def test_a_script_using_autoitt_names_is_instrumented_exactly(names):
     assert transforms.strip_markers(result.output, "names_itt.py") == source
 
 
-@pytest.mark.parametrize("mode", [dict(domain="a\nb"), dict(labels=((1, "a\nb"),))], ids=["domain", "label"])
-def test_a_newline_in_the_domain_or_a_label(mode):
+@pytest.mark.parametrize("mode, marker", [
+    (dict(domain="a\nb"), '_autoitt_domain = itt.domain_create("a\\nb")'),
+    (dict(labels=((1, "a\nb"),)), 'itt.task_begin(_autoitt_domain, "a\\nb")'),
+], ids=["domain", "label"])
+def test_a_newline_in_the_domain_or_a_label_is_written_as_an_escape(mode, marker):
     # Found by probing: up to c3e1d07, _plan._quote escaped only quotes and backslashes, and
     # `autoitt instrument --domain $'a\nb'` failed with libcst's ParserSyntaxError
     # ("internal error ... a bug in autoitt").
-    try:
-        mode = Mode(**mode)
-    except ValueError:
-        return  # refusing it up front would be fine too
-    result = instrument_source(STEP_LOOP, "quoted.py", mode)
-    compile(result.output, "quoted_itt.py", "exec")
+    result = instrument_source(STEP_LOOP, "quoted.py", Mode(**mode))
+    assert marker in [line.strip() for line in result.output.decode().splitlines()]
 
 
 def test_the_grammar_reaches_every_shape():

@@ -522,22 +522,34 @@ static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, 
 /* ------------------------------------------------------------------------- */
 /* The ITT functions we implement.                                           */
 
+/* The object named `name` in `table`; when there is none, a new zeroed one of `size` bytes whose
+ * name is recorded, and `*name_copy` is its interned name (NULL for an existing object). Domains and
+ * string handles are never freed, so a pointer names one thing for the life of the process.
+ * Called with g_mutex held. */
+static void *named_object_locked(str_table *table, uint8_t kind, size_t size, const char *name,
+                                 char **name_copy)
+{
+    *name_copy = NULL;
+    void *object = table_get(table, name);
+    if (object) return object;
+    object = calloc(1, size);
+    if (!object) return NULL;
+    char *copy = register_name_locked(kind, object, name);
+    if (!copy) { free(object); return NULL; }
+    table_put(table, copy, object);
+    *name_copy = copy;
+    return object;
+}
+
 static itt_domain *col_domain_create(const char *name)
 {
     if (!name) return NULL;
+    char *copy;
     pthread_mutex_lock(&g_mutex);
-    itt_domain *d = table_get(&g_domains, name);
-    if (!d) {
-        d = calloc(1, sizeof *d);
-        if (d) {
-            char *copy = register_name_locked(K_DOMAIN_NAME, d, name);
-            if (!copy) { free(d); d = NULL; }
-            else {
-                d->flags = 1;
-                d->nameA = copy;
-                table_put(&g_domains, copy, d);
-            }
-        }
+    itt_domain *d = named_object_locked(&g_domains, K_DOMAIN_NAME, sizeof *d, name, &copy);
+    if (copy) {
+        d->flags = 1;  /* ITT's task macros skip a domain whose flags are 0 */
+        d->nameA = copy;
     }
     pthread_mutex_unlock(&g_mutex);
     return d;
@@ -546,19 +558,10 @@ static itt_domain *col_domain_create(const char *name)
 static itt_string_handle *col_string_handle_create(const char *name)
 {
     if (!name) return NULL;
+    char *copy;
     pthread_mutex_lock(&g_mutex);
-    itt_string_handle *h = table_get(&g_strings, name);
-    if (!h) {
-        h = calloc(1, sizeof *h);
-        if (h) {
-            char *copy = register_name_locked(K_STRING_NAME, h, name);
-            if (!copy) { free(h); h = NULL; }
-            else {
-                h->strA = copy;
-                table_put(&g_strings, copy, h);
-            }
-        }
-    }
+    itt_string_handle *h = named_object_locked(&g_strings, K_STRING_NAME, sizeof *h, name, &copy);
+    if (copy) h->strA = copy;
     pthread_mutex_unlock(&g_mutex);
     return h;
 }

@@ -1,0 +1,164 @@
+"""The launcher runs a profiled copy as the user's own script: their file names, their lines, their modules.
+
+Each test profiles a small script (no framework, so it starts fast) with the
+real ``autoitt profile`` in a subprocess and the built-in collector.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_profile import autoitt
+
+#: The console script, as users run autoitt: `python -m instrumenter` in a folder that has its own
+#: instrumenter.py would import that one.
+AUTOITT = Path(sys.executable).with_name("autoitt")
+
+FAKES = textwrap.dedent(
+    """\
+    class Loss:
+        def backward(self):
+            pass
+
+
+    class Model:
+        def __call__(self, x):
+            return Loss()
+    """
+)
+
+ENTRY = textwrap.dedent(
+    """\
+    from fakes import Model
+    from trainer import train_one_epoch
+
+
+    def main():
+        model = Model()
+        for epoch in range(2):
+            train_one_epoch(model, [1, 2, 3])
+
+
+    main()
+    """
+)
+
+TRAINER = textwrap.dedent(
+    """\
+    def train_one_epoch(model, batches):
+        for x in batches:
+            loss = model(x)
+            loss.backward()
+            if x == 3:
+                raise ValueError(f"diverged at batch {x}")
+    """
+)
+
+
+def _project(folder: Path, **files: str) -> Path:
+    for name, text in {"fakes": FAKES, "main": ENTRY, "trainer": TRAINER, **files}.items():
+        (folder / f"{name}.py").write_text(text)
+    return folder
+
+
+def _frames(stderr: str):
+    """(file, line, source) of every frame of the traceback in ``stderr``."""
+    return re.findall(r'File "([^"]+)", line (\d+), in \S+\n    (.*)', stderr)
+
+
+def test_a_traceback_names_the_users_files_lines_and_source(tmp_path):
+    folder = _project(tmp_path)
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "main.py", cwd=folder)
+    assert done.returncode == 1, done.stderr[-3000:]
+    frames = _frames(done.stderr)
+    assert frames == [(str(folder / "main.py"), "11", "main()"),
+                      (str(folder / "main.py"), "8", "train_one_epoch(model, [1, 2, 3])"),
+                      (str(folder / "trainer.py"), "6", 'raise ValueError(f"diverged at batch {x}")')]
+    traceback = done.stderr[done.stderr.index("Traceback"):]
+    assert "ValueError: diverged at batch 3" in traceback
+    assert "_itt.py" not in traceback and "instrumenter" not in traceback
+
+
+def test_the_traceback_is_the_one_python_prints_for_the_original(tmp_path):
+    folder = _project(tmp_path, trainer=TRAINER.replace('raise ValueError(f"diverged at batch {x}")',
+                                                        "total = x + 10 / (x - 3) + 1"))
+    plain = subprocess.run([sys.executable, "main.py"], cwd=folder, capture_output=True, text=True)
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "main.py", cwd=folder)
+    assert done.returncode == plain.returncode == 1
+    # Same frames, same source lines, same carets under the failing expression (columns are the original's).
+    shown = done.stderr[done.stderr.index("Traceback"):done.stderr.index("ZeroDivisionError")]
+    assert shown == plain.stderr[:plain.stderr.index("ZeroDivisionError")]
+
+
+def test_a_chained_exception_hides_the_launcher_in_every_part(tmp_path):
+    script = tmp_path / "chain.py"
+    script.write_text(textwrap.dedent(
+        """\
+        class Loss:
+            def backward(self):
+                raise KeyError("inner")
+
+
+        for step in range(2):
+            try:
+                Loss().backward()
+            except KeyError as exc:
+                raise RuntimeError("outer") from exc
+        """))
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "chain.py", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "direct cause" in done.stderr
+    assert {file for file, _, _ in _frames(done.stderr)} == {str(script)}
+    assert [line for _, line, _ in _frames(done.stderr)] == ["8", "3", "10"]
+
+
+def test_a_script_that_exits_keeps_its_exit_code_and_prints_no_traceback(tmp_path):
+    (tmp_path / "quits.py").write_text("import sys\nfor x in [1]:\n    loss.backward() if False else sys.exit(3)\n")
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "quits.py", cwd=tmp_path)
+    assert done.returncode == 3
+    assert "Traceback" not in done.stderr
+
+
+SHADOWS = {
+    "instrumenter": "WHO = 'the user instrumenter'\n",
+    "transforms": "WHO = 'the user transforms'\n",
+    "launch": "WHO = 'the user launch'\n",
+}
+
+USES_SHADOWS = textwrap.dedent(
+    """\
+    import instrumenter, transforms, launch
+    from fakes import Model
+
+    print(instrumenter.WHO, transforms.WHO, launch.WHO, sep="|")
+    model = Model()
+    for step in range(5):
+        model(step).backward()
+    """
+)
+
+
+@pytest.mark.parametrize("options", [[], ["--skip-steps", "1", "--steps", "3"]], ids=["whole-run", "window"])
+def test_the_users_own_instrumenter_transforms_and_launch_modules_are_theirs(tmp_path, options):
+    folder = _project(tmp_path, main=USES_SHADOWS, **SHADOWS)
+    done = subprocess.run([str(AUTOITT), "profile", "--json", "--backend", "builtin", "-r", "out", *options, "main.py"],
+                          cwd=folder, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the user instrumenter|the user transforms|the user launch" in done.stderr  # the script's own print
+    steps = json.loads(done.stdout)["steps"]
+    assert [(s["label"], s["count"]) for s in steps] == [("step", 3 if options else 5)]
+
+
+def test_the_launcher_started_by_module_name_still_runs_a_copy(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nprint(__file__, sys.argv[1:], sys.path[0])\n")
+    done = subprocess.run([sys.executable, "-m", "instrumenter.launch", str(script), str(script), "a"],
+                          capture_output=True, text=True)
+    assert done.stdout.split() == [str(script), "['a']", str(tmp_path)]

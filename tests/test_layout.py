@@ -1,0 +1,86 @@
+"""The package layout the README's Layout section describes: small modules, imports that flow one way.
+
+Read from the source with ``ast``; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGES = ("transforms", "instrumenter")
+MODULES = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+MAX_LINES = 450
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Set[str]:
+    """The project modules ``path`` imports (at any depth: lazily, or for type checking, alike)."""
+    name = _name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    tree = ast.parse(path.read_bytes())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    known = {_name(p) for p in MODULES}
+    return {m for m in found if m in known and m != name}
+
+
+def _graph() -> Dict[str, Set[str]]:
+    return {_name(path): _imports(path) for path in MODULES}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_is_longer_than_the_layout_allows(path):
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_the_project_modules_import_each_other_without_cycles():
+    graph = _graph()
+    # A package imports its own modules to re-export them; a module importing its package is what cycles.
+    edges = {module: {m for m in imports if not module.startswith(m + ".")} for module, imports in graph.items()}
+    state: Dict[str, int] = {}
+
+    def visit(module, path):
+        state[module] = 1
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*path, module, target]))
+            if target not in state:
+                visit(target, [*path, module])
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+
+
+def test_transforms_never_imports_the_application():
+    assert not {m for module, imports in _graph().items() if module.startswith("transforms")
+                for m in imports if m.startswith("instrumenter")}
+
+
+@pytest.mark.parametrize("module", ["instrumenter/launch/__main__.py", "instrumenter/window.py"])
+def test_what_runs_inside_the_users_process_imports_only_the_standard_library(module):
+    tree = ast.parse((ROOT / module).read_bytes())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}

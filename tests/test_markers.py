@@ -1,0 +1,64 @@
+"""The marker vocabulary: what the plan builds is exactly what strip recognises, and nothing of the user's."""
+
+from __future__ import annotations
+
+import importlib
+
+import libcst as cst
+import pytest
+
+from transforms import WINDOW_CLASS, WINDOW_MODULE
+from transforms._markers import ITT_NAMES, Markers, MarkerMatcher, free_name
+
+MARKERS = Markers(itt="itt", domain="_autoitt_domain", torch="torch")
+MATCHER = MarkerMatcher("itt", "_autoitt_domain")
+
+
+def statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code + "\n")
+
+
+@pytest.mark.parametrize("code", [MARKERS.resume(), MARKERS.pause(), MARKERS.task_begin("step"), MARKERS.task_end(),
+                                  MARKERS.pt_region_begin("_autoitt_pt_0"), MARKERS.pt_region_end("_autoitt_pt_0"),
+                                  MARKERS.range_push("training"), MARKERS.range_pop()])
+def test_every_marker_built_is_recognised_as_one(code):
+    assert MATCHER.is_marker(statement(code))
+
+
+@pytest.mark.parametrize("code", [MARKERS.task_begin("step"), MARKERS.task_end()])
+def test_task_markers_are_told_apart(code):
+    assert MATCHER.is_task_marker(statement(code))
+    assert not MATCHER.is_task_marker(statement(MARKERS.resume()))
+
+
+def test_the_emit_itt_context_is_recognised():
+    assert MATCHER.is_emit_itt(statement(f"with {MARKERS.emit_itt()}:\n    pass"))
+    assert not MATCHER.is_emit_itt(statement(f"with {MARKERS.emit_itt()} as p:\n    pass"))
+
+
+@pytest.mark.parametrize("code", [
+    "import ittapi.compat as itt", f"from {WINDOW_MODULE} import {WINDOW_CLASS}",
+    MARKERS.window(1, 2, ("step",)), MARKERS.domain_create("autoitt.train"),
+    MARKERS.pt_region_create("_autoitt_pt_0", "step"),
+])
+def test_every_header_statement_built_is_recognised_as_one(code):
+    assert MATCHER.is_header(statement(code))
+
+
+@pytest.mark.parametrize("code", [
+    "itt2.resume()", "other.task_begin(_autoitt_domain, 'x')", "itt.task_begin(domain, 'x')", "x = itt.resume()",
+    "torch.profiler.itt.range_push('x'); y = 1", "import ittapi", "_autoitt_domain = 1", "model.itt.resume()",
+])
+def test_the_users_code_is_not_a_marker(code):
+    line = statement(code)
+    assert not (MATCHER.is_marker(line) and MATCHER.is_task_marker(line)) and not MATCHER.is_header(line)
+
+
+def test_the_window_runtime_the_vocabulary_names_exists():
+    assert hasattr(importlib.import_module(WINDOW_MODULE), WINDOW_CLASS)
+
+
+def test_a_name_the_script_uses_is_never_chosen():
+    assert free_name(ITT_NAMES, {"print"}) == "itt"
+    assert free_name(ITT_NAMES, {"itt"}) == "_autoitt_itt"
+    assert free_name(ITT_NAMES, {"itt", "_autoitt_itt", "_autoitt_itt_2"}) == "_autoitt_itt_3"
