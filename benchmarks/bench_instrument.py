@@ -35,8 +35,9 @@ from typing import Callable, Dict, List, Tuple
 import libcst as cst
 
 import transforms
-from transforms import Mode, Outcome, detect, instrument_source, make_plan, parse_source
+from transforms import LineMap, Mode, Outcome, detect, instrument_source, make_plan, parse_source
 from transforms import _rewrite
+from transforms._linemap import count_lines
 
 TARGET = 2.0
 NAME = "big_train.py"
@@ -574,20 +575,17 @@ BASELINE_STAGE = "(a) libcst round trip, same rounds"
 def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
     """Best time of each stage of ``instrument_source``, run in order.
 
-    Mirrors ``transforms._instrument.instrument_source`` step by step (same
-    calls, same order, the same objects alive): ``parse_source``, ``detect``,
+    Mirrors ``transforms._instrument.instrument`` step by step (same calls,
+    same order, the same objects alive): ``parse_source``, ``detect``,
     ``make_plan``; ``_rewrite.rewrite_module`` split into its libcst parse,
-    ``_StatementRewriter`` visit and ``_add_header``; the copy's ``.bytes``;
-    then the safety check: compile() of the copy, ``_strip.strip_module`` and
-    the comparison with the original. Two generations of that check are
-    known: comparing trees (``_strip.same_tree``, with ``rewrite_module``
-    returning a ``Rewritten``) or comparing the stripped tree's ``.bytes``
-    with the input. Plus a baseline round trip in every round. When
-    ``instrument_source`` changes its steps, update this function.
+    ``_StatementRewriter`` visit, ``_add_header`` and the code generation that
+    notes the inserted lines; then the safety check: compile() of the copy,
+    ``_strip.strip_module`` and the comparison of its bytes with the input;
+    then the line map. Plus a baseline round trip in every round. When
+    ``instrument`` changes its steps, update this function.
     """
     from transforms import _strip
 
-    tree_check = hasattr(_rewrite, "Rewritten") and hasattr(_strip, "same_tree")
     mode = Mode()
     stem = NAME.rsplit(".", 1)[0]
     script = NAME.rsplit("/", 1)[-1]
@@ -611,32 +609,24 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         updated = timed("_StatementRewriter visit", lambda: module.visit(rewriter))
         if rewriter.applied != len(plan.edits):
             raise AssertionError(f"applied {rewriter.applied} of {len(plan.edits)} edits: stage_breakdown is out of date")
-        updated = timed("_add_header", lambda: _rewrite._add_header(updated, plan))
-        untouched = frozenset(getattr(rewriter, "untouched", ()))
-        del rewriter
-        freed = 0.0
-        if not tree_check:
-            start = time.perf_counter()
-            del module  # rewrite_module returned only the new tree
-            freed += time.perf_counter() - start
-        output = timed("codegen of the copy (.bytes)", lambda: updated.bytes)
+        instrumented, header = timed("_add_header", lambda: _rewrite._add_header(updated, plan))
+        untouched, inserted = frozenset(rewriter.untouched), rewriter.inserted
+        del rewriter, updated
+        code, lines = timed("codegen of the copy, noting inserted lines",
+                            lambda: _rewrite._generate(instrumented, inserted, header))
+        output = code.encode(module.encoding)
         timed("safety: compile() of the copy", lambda: compile(output, NAME, "exec", dont_inherit=True))
-        if tree_check:
-            stripped = timed("safety: strip_module", lambda: _strip.strip_module(updated, untouched))
-            same = timed("safety: same_tree(stripped, original)", lambda: _strip.same_tree(stripped, module))
-            del module
-        else:
-            stripped = timed("safety: strip_module", lambda: _strip.strip_module(updated))
-            same = timed("safety: stripped .bytes == input", lambda: stripped.bytes == data)
-        if not same:
+        stripped = timed("safety: strip_module", lambda: _strip.strip_module(instrumented, untouched))
+        if not timed("safety: stripped .bytes == input", lambda: stripped.bytes == data):
             raise AssertionError("the stripped copy differs from the original: stage_breakdown is out of date")
-        # instrument_source frees both trees before it returns (the ast one once
-        # its Result is dropped); freeing them here also keeps the next run's heap
-        # (and so its GC work) the same as instrument_source sees.
+        timed("line map", lambda: LineMap.from_inserted(count_lines(code), count_lines(data.decode(module.encoding)),
+                                                        lines))
+        # instrument frees both trees before it returns (the ast one once its
+        # Result is dropped); freeing them here also keeps the next run's heap
+        # (and so its GC work) the same as instrument sees.
         start = time.perf_counter()
-        del source, detection, plan, updated, output, stripped
-        freed += time.perf_counter() - start
-        stages.setdefault("free the trees", []).append(freed)
+        del source, detection, plan, module, instrumented, inserted, code, output, stripped
+        stages.setdefault("free the trees", []).append(time.perf_counter() - start)
         if run == 0:
             stages.clear()
     return {label: min(times) for label, times in stages.items()}

@@ -64,3 +64,7 @@ class Backend(ABC):
     def render(self, summary: Summary, console: Console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation) -> None:
         """Print ``summary`` for a person."""
+
+    def incomplete(self, summary: Summary) -> Optional[str]:
+        """What the backend could not collect although the script ran (an input error: exit 2), if anything."""
+        return None

@@ -325,9 +325,8 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
         if done.record.exit_code:
             tally.input_error(f"{script} exited with code {done.record.exit_code} "
                               f"(results so far are in {done.folder}/)")
-        elif summary.vtune is not None and summary.vtune.failed:
-            tally.input_error(f"VTune could not complete: {', '.join(summary.vtune.failed)} (see above); "
-                              f"what did complete is in {done.folder}/")
+        elif done.backend.incomplete(summary):
+            tally.input_error(f"{done.backend.incomplete(summary)}; what did complete is in {done.folder}/")
 
     _run_guarded(tally, run)
     code = ended.get("exit")

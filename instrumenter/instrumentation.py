@@ -41,7 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from transforms import LineMap, Outcome, SourceError
+from transforms import LineMap, Outcome
+
+from .files import atomic_write
+from .results import read_record
 
 FILE = "instrumentation.json"
 FORMAT = 1
@@ -149,22 +152,17 @@ class Instrumentation:
                 "files": [f.to_json() for f in self.files]}
 
     def save(self, folder: Path) -> Path:
-        from .files import atomic_write
-
         path = folder / FILE
         atomic_write(path, (json.dumps(self.to_json(), indent=2) + "\n").encode())
         return path
 
     @classmethod
     def load(cls, folder: Path) -> "Instrumentation":
-        path = folder / FILE
-        if not path.is_file():
-            raise SourceError(str(folder), f"not an autoitt result folder (no {FILE})")
-        try:
-            data = json.loads(path.read_text())
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, this autoitt reads {FORMAT}")
-            return cls(script=data["script"], start_paused=bool(data["start_paused"]),
-                       files=tuple(FileRecord.from_json(f) for f in data["files"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SourceError(str(path), f"unreadable: {exc}") from None
+        return read_record(folder, FILE, cls.from_json)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Instrumentation":
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, this autoitt reads {FORMAT}")
+        return cls(script=data["script"], start_paused=bool(data["start_paused"]),
+                   files=tuple(FileRecord.from_json(f) for f in data["files"]))

@@ -15,11 +15,14 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, TypeVar
 
 from transforms import SourceError
 
+from .files import atomic_write
+
 RUN_FILE = "run.json"
+T = TypeVar("T")
 DEFAULT_ROOT = Path("autoitt-results")
 
 
@@ -44,19 +47,23 @@ class RunRecord:
         return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s)
 
     def save(self, folder: Path) -> None:
-        from .files import atomic_write
-
         atomic_write(folder / RUN_FILE, (json.dumps(asdict(self), indent=2) + "\n").encode())
 
     @classmethod
     def load(cls, folder: Path) -> "RunRecord":
-        path = folder / RUN_FILE
-        if not path.is_file():
-            raise SourceError(str(folder), f"not an autoitt result folder (no {RUN_FILE})")
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as exc:
-            raise SourceError(str(path), f"unreadable: {exc}") from None
+        return read_record(folder, RUN_FILE, lambda data: cls(**data))
+
+
+def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:
+    """``build`` applied to the JSON file ``name`` of a result folder; :class:`SourceError` if it is
+    missing (not a result folder) or does not hold what ``build`` expects."""
+    path = folder / name
+    if not path.is_file():
+        raise SourceError(str(folder), f"not an autoitt result folder (no {name})")
+    try:
+        return build(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(str(path), f"unreadable: {exc}") from None
 
 
 def new_result_dir(script: Path, chosen: Optional[Path]) -> Path:

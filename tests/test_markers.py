@@ -62,3 +62,9 @@ def test_a_name_the_script_uses_is_never_chosen():
     assert free_name(ITT_NAMES, {"print"}) == "itt"
     assert free_name(ITT_NAMES, {"itt"}) == "_autoitt_itt"
     assert free_name(ITT_NAMES, {"itt", "_autoitt_itt", "_autoitt_itt_2"}) == "_autoitt_itt_3"
+
+
+def test_the_launcher_preloads_the_window_runtime_the_vocabulary_names():
+    from instrumenter.launch import __main__ as launcher
+
+    assert launcher.WINDOW_MODULE == WINDOW_MODULE

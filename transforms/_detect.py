@@ -14,7 +14,6 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from . import _evidence as ev
 from ._index import Function, Index, Site, import_statements
 from ._markers import INSTRUMENTED_MARKER
 from ._names import dotted

@@ -62,3 +62,7 @@ class VTuneBackend(Backend):
         from .render import render
 
         render(summary, console, script=script, result_dir=result_dir)
+
+    def incomplete(self, summary: Summary) -> Optional[str]:
+        failed = summary.vtune.failed if summary.vtune is not None else []
+        return f"VTune could not complete: {', '.join(failed)} (see above)" if failed else None
