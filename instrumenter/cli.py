@@ -281,10 +281,11 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     """Instrument SCRIPT into a result folder, run it, and show where training time goes.
 
     autoitt's options go before SCRIPT; everything after SCRIPT goes to the
-    script (`autoitt profile -r out train.py --epochs 3`). The copy runs with the same interpreter, in the current
-    folder, with the script's own __file__, sys.argv[0] and sys.path[0], so
-    it behaves as `python SCRIPT ARGS...` would; a failing script's exit code
-    becomes autoitt's.
+    script (`autoitt profile -r out train.py --epochs 3`). The copy runs with
+    the same interpreter, in the current folder, with the script's own
+    __file__, sys.argv[0] and sys.path[0], so it behaves as `python SCRIPT
+    ARGS...` would; its tracebacks show SCRIPT's own lines, and a failing
+    script's exit code becomes autoitt's.
 
     With the built-in backend (no VTune needed), autoitt's ITT collector
     records every ITT task of the run (autoitt's markers, PyTorch operators

@@ -162,3 +162,23 @@ def test_the_launcher_started_by_module_name_still_runs_a_copy(tmp_path):
     done = subprocess.run([sys.executable, "-m", "instrumenter.launch", str(script), str(script), "a"],
                           capture_output=True, text=True)
     assert done.stdout.split() == [str(script), "['a']", str(tmp_path)]
+
+
+def test_ctrl_c_ends_the_run_by_sigint_as_python_does_showing_only_the_users_frames(tmp_path):
+    import signal
+
+    from instrumenter import launch
+    from instrumenter.options import ProfileOptions
+    from instrumenter.profiling import copy_path, prepare
+    from transforms import Mode
+
+    script, folder = tmp_path / "stopped.py", tmp_path / "out"
+    script.write_text("class Loss:\n    def backward(self):\n        raise KeyboardInterrupt\n\n\n"
+                      "for step in range(3):\n    Loss().backward()\n")
+    folder.mkdir()
+    prepare(script, ProfileOptions(mode=Mode()), folder)
+    command = launch.command(copy_path(script, folder), script, [], folder / "instrumentation.json")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT
+    assert _frames(done.stderr + "\n") == [(str(script), "7", "Loss().backward()"),
+                                           (str(script), "3", "raise KeyboardInterrupt")]

@@ -192,18 +192,28 @@ def _outside_launcher(tb):
     return result
 
 
-def _report_uncaught(exc: BaseException) -> None:
-    """Show an exception the script did not catch as Python would, minus the launcher's frames."""
-    seen = set()
-    pending = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        current.__traceback__ = _outside_launcher(current.__traceback__)
-        pending.extend((current.__cause__, current.__context__))
-    sys.excepthook(type(exc), exc, exc.__traceback__)
+def _hide_launcher_frames() -> None:
+    """Show every uncaught exception as Python would for the original script: without this launcher's frames.
+
+    Done in ``sys.excepthook``, so Python's own handling stays: exit code 1,
+    and for Ctrl-C the end by SIGINT after finalization (which writes what the
+    collector buffered). A hook the script installs replaces this one.
+    """
+    original = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        # Python shows an exception's own __traceback__ (and its causes'), not the one passed here.
+        seen, pending = set(), [value]
+        while pending:
+            current = pending.pop()
+            if current is None or id(current) in seen:
+                continue
+            seen.add(id(current))
+            current.__traceback__ = _outside_launcher(current.__traceback__)
+            pending.extend((current.__cause__, current.__context__))
+        original(kind, value, value.__traceback__)
+
+    sys.excepthook = excepthook
 
 
 def run(copy: str, original: str, args: list, instrumentation: "_Instrumentation | None" = None) -> None:
@@ -219,13 +229,7 @@ def run(copy: str, original: str, args: list, instrumentation: "_Instrumentation
     sys.argv[:] = [original, *args]
     # In place of this folder (run by path) or of the working directory (-m): the script's own.
     sys.path[0] = os.path.dirname(main.__file__)
-    try:
-        exec(code, main.__dict__)
-    except (SystemExit, KeyboardInterrupt):
-        raise  # Python's own handling: its exit code, its end by SIGINT after finalization
-    except BaseException as exc:
-        _report_uncaught(exc)
-        raise SystemExit(1) from None
+    exec(code, main.__dict__)
 
 
 def _exit_status(code) -> int:
@@ -245,6 +249,7 @@ def main(argv: list) -> None:
     # Popped, so the script's environment (and its children's) is as without autoitt.
     exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
     if instrumentation is not None:
+        _hide_launcher_frames()
         if instrumentation.copies():
             sys.meta_path.insert(0, _CopyFinder(instrumentation))
         if instrumentation.windowed:
