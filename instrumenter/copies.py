@@ -75,7 +75,7 @@ def instrument(tally: Tally, script: Path, mode: Mode, write_back: WriteBack, *,
     if result.outcome is Outcome.NOTHING_TO_DO:
         tally.unchanged_file(f"{script}: no training loops in the script itself; nothing written")
         return
-    files.write_outputs([Output(target, result.output, script, in_place=in_place)], force=force)
+    files.write_outputs([Output(target, result.output, script, in_place=in_place)], files.COPY, force=force)
     if in_place:
         tally.changed_file(f"rewrote {script} in place (original kept as {files.backup_path(script)}): "
                            f"{_regions(project.entry)}")
@@ -87,7 +87,7 @@ def instrument(tally: Tally, script: Path, mode: Mode, write_back: WriteBack, *,
 def _write_folder(tally: Tally, project: Project, folder: Path, target_of, force: bool) -> None:
     """Every instrumented file of the project under ``folder``, at its path relative to the entry's folder."""
     outputs = [Output(target_of(item), item.result.output, item.path) for item in project.instrumented]
-    files.write_outputs(outputs, force=force, make_folders=True)
+    files.write_outputs(outputs, files.COPIES, force=force)
     for item, written in zip(project.instrumented, outputs):
         tally.changed_file(f"wrote {written.target} from {item.path}: {_regions(item)}")
     entry = project.entry.path
@@ -119,6 +119,5 @@ def strip(tally: Tally, copy: Path, write_back: WriteBack, output: Optional[Path
         return
     in_place = write_back is WriteBack.IN_PLACE
     target = copy if in_place else output
-    files.write_outputs([Output(target, original, copy, in_place=in_place)], force=force,
-                        replaceable=files.NOTHING)
+    files.write_outputs([Output(target, original, copy, in_place=in_place)], files.ORIGINAL, force=force)
     tally.changed_file(f"wrote {target}: {copy} without autoitt's markers")

@@ -61,11 +61,21 @@ class WriteBack(Enum):
 
 
 @dataclass(frozen=True)
-class Replaceable:
-    """Which existing files an output may replace without ``--force``, and what to say of the others."""
+class Policy:
+    """What may stand where an output goes, and what is said of what may not.
 
-    allows: Callable[[Path], bool]
-    refusal: str
+    ``replaceable``: existing files an output replaces without ``--force``;
+    ``in_the_way``: the refusal for any other. ``is_source``: the refusal when
+    the target is the file the output was made from (``None``: no such check,
+    ``--force`` replaces it too). ``checks_folder``: the target must be a file
+    name in an existing folder; ``makes_folders``: missing folders are made.
+    """
+
+    replaceable: Callable[[Path], bool]
+    in_the_way: str
+    is_source: Optional[str] = None
+    checks_folder: bool = False
+    makes_folders: bool = False
 
 
 def read_script(path: Path) -> bytes:
@@ -103,10 +113,15 @@ def written_by_autoitt(path: Path) -> bool:
     return INSTRUMENTED_MARKER.encode("ascii") in head
 
 
-#: ``instrument``: a copy autoitt wrote earlier is replaced; anything else needs --force.
-AUTOITT_COPIES = Replaceable(written_by_autoitt, "exists and was not written by autoitt; choose another -o or pass --force")
-#: ``strip``: nothing is replaced without --force.
-NOTHING = Replaceable(lambda path: False, "exists; choose another -o or pass --force")
+_NOT_AUTOITTS = "exists and was not written by autoitt; choose another -o or pass --force"
+#: ``instrument``'s copy: a copy autoitt wrote earlier is replaced; anything else needs --force.
+COPY = Policy(written_by_autoitt, _NOT_AUTOITTS, checks_folder=True,
+              is_source="is the script itself; use --in-place to rewrite the script (a backup is kept)")
+#: ``instrument -o DIR/`` and the result folder of ``profile``: every instrumented file, folders made as needed.
+COPIES = Policy(written_by_autoitt, _NOT_AUTOITTS, is_source="is the original file; choose another -o folder",
+                makes_folders=True)
+#: ``strip -o``: nothing is replaced without --force.
+ORIGINAL = Policy(lambda path: False, "exists; choose another -o or pass --force")
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -130,48 +145,45 @@ class Output:
     in_place: bool = False
 
 
-def write_outputs(outputs: Sequence[Output], *, force: bool = False, replaceable: Replaceable = AUTOITT_COPIES,
-                  make_folders: bool = False) -> None:
+def write_outputs(outputs: Sequence[Output], policy: Policy, *, force: bool = False) -> None:
     """Refuse, back up and write atomically, in that order; every refusal comes before any write.
 
-    ``make_folders``: create missing folders (``-o DIR/``); otherwise a missing
-    folder is refused. Raises :class:`OutputError`; on a failed write, the
-    target keeps its old content and a fresh backup is removed again.
+    Raises :class:`OutputError`; on a failed write, the target keeps its old
+    content and a fresh backup is removed again.
     """
     for output in outputs:
-        _refuse(output, force, replaceable, make_folders)
+        _refuse(output, policy, force)
     for output in outputs:
-        _write(output, make_folders)
+        _write(output, policy)
 
 
-def _refuse(output: Output, force: bool, replaceable: Replaceable, make_folders: bool) -> None:
+def _refuse(output: Output, policy: Policy, force: bool) -> None:
     target = output.target
     if output.in_place:
         if backup_path(target).exists() and not force:
             raise OutputError(backup_path(target), "backup exists already; move it away or pass --force")
         return
-    if same_file(target, output.source):
-        raise OutputError(target, "is the script itself; choose another -o, or use --in-place to rewrite "
-                                  "the script (a backup is kept)")
-    if not make_folders and not target.parent.is_dir():
+    if policy.is_source is not None and same_file(target, output.source):
+        raise OutputError(target, policy.is_source)
+    if policy.checks_folder and not target.parent.is_dir():
         raise OutputError(target, f"cannot write: folder {target.parent} does not exist")
-    if target.is_dir():
+    if policy.checks_folder and target.is_dir():
         raise OutputError(target, "is a directory; give a file name for the copy")
-    if target.exists() and not force and not replaceable.allows(target):
-        raise OutputError(target, replaceable.refusal)
+    if target.exists() and not force and not policy.replaceable(target):
+        raise OutputError(target, policy.in_the_way)
 
 
-def _write(output: Output, make_folders: bool) -> None:
+def _write(output: Output, policy: Policy) -> None:
     target = output.target
     backup = backup_path(target) if output.in_place else None
     try:
         if backup is not None:
             copy_backup(target, backup)
-        elif make_folders:
-            target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(backup or target.parent, f"cannot write: {exc.strerror or exc}") from None
+        raise OutputError(backup, f"cannot write the backup: {exc.strerror or exc}") from None
     try:
+        if policy.makes_folders:
+            target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, output.data, mode_from=output.source)
     except OSError as exc:
         if backup is not None:

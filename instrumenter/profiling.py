@@ -86,6 +86,9 @@ def load(folder: Path) -> Profile:
     backend = BACKENDS.get(record.backend)
     if backend is None:
         raise SourceError(str(folder), f"recorded with an unknown backend {record.backend!r}")
+    if not (folder / INSTRUMENTATION_FILE).is_file():
+        raise SourceError(str(folder), f"made by an earlier autoitt (no {INSTRUMENTATION_FILE}): "
+                                       f"run `autoitt profile {record.script}` again")
     return Profile(folder, record, Instrumentation.load(folder), backend())
 
 
@@ -113,7 +116,7 @@ def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instru
     if entry.outcome is not Outcome.INSTRUMENTED:
         # Already instrumented (its own resume/pause decide), or nothing to mark: it runs as it is.
         outputs.append(Output(copy, entry.source.data, script))
-    files.write_outputs(outputs, make_folders=True)
+    files.write_outputs(outputs, files.COPIES)
     diffs = [marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
                          str(item.path), str(targets[id(item)])) for item in project.instrumented]
     if diffs:

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, TypeVar
 
 from transforms import SourceError
 
-from .files import atomic_write
+from .files import OutputError, atomic_write
 
 RUN_FILE = "run.json"
 T = TypeVar("T")
@@ -51,7 +51,8 @@ class RunRecord:
 
     @classmethod
     def load(cls, folder: Path) -> "RunRecord":
-        return read_record(folder, RUN_FILE, lambda data: cls(**data))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return read_record(folder, RUN_FILE, lambda data: cls(**{k: v for k, v in data.items() if k in known}))
 
 
 def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:
@@ -70,7 +71,7 @@ def new_result_dir(script: Path, chosen: Optional[Path]) -> Path:
     """A fresh, empty folder for this run (created); never one that holds results."""
     if chosen is not None:
         if chosen.exists() and (not chosen.is_dir() or any(chosen.iterdir())):
-            raise SourceError(str(chosen), "result folder exists and is not empty; choose a new one")
+            raise OutputError(chosen, "result folder exists and is not empty; choose a new one")
         chosen.mkdir(parents=True, exist_ok=True)
         return chosen
     DEFAULT_ROOT.mkdir(exist_ok=True)

@@ -61,3 +61,17 @@ def test_a_result_folder_of_an_unknown_backend_is_refused(tmp_path):
 def test_a_folder_that_is_not_a_result_folder_is_refused(tmp_path):
     with pytest.raises(SourceError, match="not an autoitt result folder"):
         load(tmp_path)
+
+
+def test_a_result_folder_of_an_earlier_autoitt_says_so(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"script": "t.py", "copy": "t_itt.py", "args": [], "backend": "builtin",
+                                                   "command": [], "domain": "autoitt.t", "step_labels": ["step"],
+                                                   "start_paused": True, "domains": []}))
+    with pytest.raises(SourceError, match="earlier autoitt .*autoitt profile t.py"):
+        load(tmp_path)
+
+
+def test_the_command_line_offers_every_backend_and_auto():
+    from instrumenter.options import BACKENDS as CHOICES
+
+    assert set(CHOICES) == {"auto", *BACKENDS}

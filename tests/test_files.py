@@ -268,7 +268,7 @@ def test_every_output_is_refused_before_any_is_written(tmp_path: Path) -> None:
     (tmp_path / "b.py").write_text("# the user's own\n")
     outputs = [files.Output(tmp_path / "a.py", b"a\n", source), files.Output(tmp_path / "b.py", b"b\n", source)]
     with pytest.raises(files.OutputError, match="not written by autoitt"):
-        files.write_outputs(outputs)
+        files.write_outputs(outputs, files.COPY)
     assert names(tmp_path) == {"train.py", "b.py"}
 
 
@@ -276,26 +276,37 @@ def test_an_output_in_place_keeps_a_backup_and_the_source_mode(tmp_path: Path) -
     source = tmp_path / "train.py"
     source.write_text(TRAIN)
     source.chmod(0o750)
-    files.write_outputs([files.Output(source, b"new\n", source, in_place=True)])
+    files.write_outputs([files.Output(source, b"new\n", source, in_place=True)], files.COPY)
     assert (source.read_bytes(), (tmp_path / "train.py.orig").read_text()) == (b"new\n", TRAIN)
     assert stat.S_IMODE(source.stat().st_mode) == 0o750
 
 
-def test_an_output_may_not_be_its_source_unless_in_place(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy, message", [(files.COPY, "script itself; use --in-place"),
+                                             (files.COPIES, "is the original file; choose another -o folder")])
+def test_a_copy_may_not_replace_its_original_even_with_force(tmp_path: Path, policy, message) -> None:
     source = tmp_path / "train.py"
     source.write_text(TRAIN)
-    with pytest.raises(files.OutputError, match="script itself.*--in-place"):
-        files.write_outputs([files.Output(tmp_path / "." / "train.py", b"x\n", source)], force=True)
+    with pytest.raises(files.OutputError, match=message):
+        files.write_outputs([files.Output(tmp_path / "." / "train.py", b"x\n", source)], policy, force=True)
     assert source.read_text() == TRAIN
 
 
-def test_folders_are_made_only_when_asked(tmp_path: Path) -> None:
+def test_strip_may_replace_what_it_is_given_when_forced(tmp_path: Path) -> None:
+    copy = tmp_path / "train_itt.py"
+    copy.write_text("copy\n")
+    with pytest.raises(files.OutputError, match="exists; choose another -o or pass --force"):
+        files.write_outputs([files.Output(copy, b"original\n", copy)], files.ORIGINAL)
+    files.write_outputs([files.Output(copy, b"original\n", copy)], files.ORIGINAL, force=True)
+    assert copy.read_bytes() == b"original\n"
+
+
+def test_folders_are_made_only_for_a_folder_of_copies(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
     source.write_text(TRAIN)
     nested = files.Output(tmp_path / "out" / "pkg" / "m.py", b"m\n", source)
     with pytest.raises(files.OutputError, match="does not exist"):
-        files.write_outputs([nested])
-    files.write_outputs([nested], make_folders=True)
+        files.write_outputs([nested], files.COPY)
+    files.write_outputs([nested], files.COPIES)
     assert nested.target.read_bytes() == b"m\n"
 
 

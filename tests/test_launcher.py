@@ -130,14 +130,15 @@ SHADOWS = {
     "instrumenter": "WHO = 'the user instrumenter'\n",
     "transforms": "WHO = 'the user transforms'\n",
     "launch": "WHO = 'the user launch'\n",
+    "random": "WHO = 'the user random'\n",  # a standard module the launcher has no need to import first
 }
 
 USES_SHADOWS = textwrap.dedent(
     """\
-    import instrumenter, transforms, launch
+    import instrumenter, transforms, launch, random
     from fakes import Model
 
-    print(instrumenter.WHO, transforms.WHO, launch.WHO, sep="|")
+    print(instrumenter.WHO, transforms.WHO, launch.WHO, random.WHO, sep="|")
     model = Model()
     for step in range(5):
         model(step).backward()
@@ -146,12 +147,12 @@ USES_SHADOWS = textwrap.dedent(
 
 
 @pytest.mark.parametrize("options", [[], ["--skip-steps", "1", "--steps", "3"]], ids=["whole-run", "window"])
-def test_the_users_own_instrumenter_transforms_and_launch_modules_are_theirs(tmp_path, options):
+def test_the_users_own_modules_named_like_autoitts_or_the_standard_librarys_are_theirs(tmp_path, options):
     folder = _project(tmp_path, main=USES_SHADOWS, **SHADOWS)
     done = subprocess.run([str(AUTOITT), "profile", "--json", "--backend", "builtin", "-r", "out", *options, "main.py"],
                           cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "the user instrumenter|the user transforms|the user launch" in done.stderr  # the script's own print
+    assert "the user instrumenter|the user transforms|the user launch|the user random" in done.stderr
     steps = json.loads(done.stdout)["steps"]
     assert [(s["label"], s["count"]) for s in steps] == [("step", 3 if options else 5)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict, List, Optional, Set
 
 import pytest
 
@@ -25,20 +25,23 @@ def _name(path: Path) -> str:
 
 
 def _imports(path: Path) -> Set[str]:
-    """The project modules ``path`` imports (at any depth: lazily, or for type checking, alike)."""
+    """The project modules ``path`` imports (at any depth: lazily, or for type checking, alike).
+
+    ``from pkg import name`` depends on the module ``pkg.name`` when there is
+    one, else on ``pkg`` itself (its ``__init__``).
+    """
     name = _name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = {_name(p) for p in MODULES}
     found = set()
-    tree = ast.parse(path.read_bytes())
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_bytes())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             module = ".".join([*base, *([node.module] if node.module else [])])
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    known = {_name(p) for p in MODULES}
+            for alias in node.names:
+                found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module)
     return {m for m in found if m in known and m != name}
 
 
@@ -51,24 +54,38 @@ def test_no_module_is_longer_than_the_layout_allows(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
 
 
-def test_the_project_modules_import_each_other_without_cycles():
-    graph = _graph()
-    # A package imports its own modules to re-export them; a module importing its package is what cycles.
-    edges = {module: {m for m in imports if not module.startswith(m + ".")} for module, imports in graph.items()}
+def _cycle(edges: Dict[str, Set[str]]) -> Optional[List[str]]:
+    """One import cycle of the graph, as the modules along it, or None."""
     state: Dict[str, int] = {}
 
-    def visit(module, path):
+    def visit(module: str, path: List[str]) -> Optional[List[str]]:
         state[module] = 1
         for target in sorted(edges.get(module, ())):
             if state.get(target) == 1:
-                pytest.fail("import cycle: " + " -> ".join([*path, module, target]))
+                return [*path, module, target]
             if target not in state:
-                visit(target, [*path, module])
+                found = visit(target, [*path, module])
+                if found:
+                    return found
         state[module] = 2
+        return None
 
-    for module in sorted(edges):
-        if module not in state:
-            visit(module, [])
+    return next((found for module in sorted(edges) if module not in state
+                 for found in [visit(module, [])] if found), None)
+
+
+def test_the_project_modules_import_each_other_without_cycles():
+    assert _cycle(_graph()) is None
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import A\n")
+    (package / "a.py").write_text("from pkg import B\nA = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", sorted(package.rglob("*.py")))
+    assert _cycle(_graph()) == ["pkg", "pkg.a", "pkg"]
 
 
 def test_transforms_never_imports_the_application():

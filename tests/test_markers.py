@@ -65,6 +65,10 @@ def test_a_name_the_script_uses_is_never_chosen():
 
 
 def test_the_launcher_preloads_the_window_runtime_the_vocabulary_names():
+    import instrumenter.launch
     from instrumenter.launch import __main__ as launcher
 
     assert launcher.WINDOW_MODULE == WINDOW_MODULE
+    # The launcher cannot import its package: the names of its command line are written twice.
+    assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION) == (
+        instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION)

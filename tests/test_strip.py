@@ -38,6 +38,20 @@ def test_strip_refuses_a_file_autoitt_did_not_write():
         strip_markers(b"for x in y:\n    loss.backward()\n", "plain.py")
 
 
+@pytest.mark.parametrize("added", ["        if x: itt.resume()\n", "        calls = [itt.pause()]\n",
+                                   "        print(_autoitt_domain)\n"])
+def test_strip_refuses_a_marker_added_by_hand_anywhere(added):
+    copy = instrument_source(b"for x in y:\n    loss.backward()\n", "t.py").output.decode()
+    edited = copy.replace("            loss.backward()\n", "            loss.backward()\n    " + added, 1)
+    with pytest.raises(SourceError, match="edited by hand"):
+        strip_markers(edited.encode(), "t_itt.py")
+
+
+def test_strip_keeps_comments_and_strings_that_merely_name_the_markers():
+    source = b"# see itt.resume() and _autoitt_domain\nfor x in y:\n    loss.backward('_autoitt_domain')\n"
+    assert strip_markers(instrument_source(source, "t.py").output, "t_itt.py") == source
+
+
 def test_strip_refuses_a_copy_whose_markers_were_edited_by_hand():
     copy = instrument_source(b"for x in y:\n    loss.backward()\n", "t.py").output.decode()
     edited = copy.replace("        finally:\n            itt.task_end(_autoitt_domain)\n",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from ._index import Function, Index, Site, import_statements
-from ._markers import INSTRUMENTED_MARKER
+from ._markers import HAND_MARKER_CALLS, INSTRUMENTED_MARKER, ITT_PYTHON_MODULE, ITTAPI_PACKAGE
 from ._names import dotted
 from ._parsing import Source
 from ._roles import CALL_DEPTH, Classifier
@@ -172,12 +172,12 @@ def _instrumented_by(source: Source, index: Index) -> Optional[str]:
         return "autoitt"
     for node in import_statements(index.tree.body):
         modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        if any(name == "ittapi" or name.startswith("ittapi.") or name == "itt" for name in modules):
+        if any(name == ITT_PYTHON_MODULE or name.split(".")[0] == ITTAPI_PACKAGE for name in modules):
             return f"hand (imports {modules[0]} at line {node.lineno})"
     for node in index.all_calls:
         resolved = index.imports.resolve(node.func) or ""
         head, _, tail = resolved.rpartition(".")
-        if tail in ("task_begin", "resume", "domain_create") and (head.startswith("ittapi") or head == "itt"):
+        if tail in HAND_MARKER_CALLS and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
             return f"hand ({dotted(node.func)}() at line {node.lineno})"
     return None
 

@@ -49,8 +49,8 @@ class Result:
 
     @property
     def step_labels(self) -> Tuple[str, ...]:
-        """Task names of step iterations (none when nothing was instrumented)."""
-        return self.plan.step_labels if self.outcome is Outcome.INSTRUMENTED else ()
+        """Task names of step iterations (of an already-instrumented script too: its own markers use them)."""
+        return self.plan.step_labels
 
 
 def instrument_source(data: bytes, name: str, mode: Mode = Mode(), stem: Optional[str] = None) -> Result:

@@ -19,9 +19,10 @@ Lines are numbered as Python numbers them: split at ``\\r\\n``, ``\\r`` and
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -82,9 +83,13 @@ class LineMap:
 
     def _find(self, copy_line: int) -> Tuple[int, bool]:
         """(how many inserted lines come before ``copy_line``, whether it is one itself)."""
-        lines = [line for line, _ in self.inserted]
+        lines = self._inserted_lines
         at = bisect.bisect_left(lines, copy_line)
         return at, at < len(lines) and lines[at] == copy_line
+
+    @functools.cached_property
+    def _inserted_lines(self) -> List[int]:
+        return [line for line, _ in self.inserted]
 
     def to_json(self) -> dict:
         return {"copy_lines": self.copy_lines, "original_lines": self.original_lines,

@@ -2,8 +2,10 @@
 
 The grammar is written once, here. :class:`Markers` *builds* the inserted
 statements as code text (the plan holds that text, the rewrite parses it);
-:class:`MarkerMatcher` *recognises* them in a parsed copy (``strip`` and the
-line map use it). A copy looks like this, and like nothing else::
+:class:`MarkerMatcher` *recognises* them in a parsed copy (``strip``, and so
+the safety check, use it); :data:`INSTRUMENTED_MARKER` and the ITT bindings
+below tell detection that a script is instrumented already. A copy looks
+like this, and like nothing else::
 
     import ittapi.compat as itt                       # ITT_MODULE, under a free name
     [from instrumenter.window import CollectionWindow]  # WINDOW_MODULE, windowed copies only
@@ -53,6 +55,11 @@ INSTRUMENTED_MARKER = "# autoitt: instrumented"
 WINDOW_MODULE = "instrumenter.window"
 WINDOW_CLASS = "CollectionWindow"
 
+#: The ITT bindings a hand-instrumented script imports (intel/ittapi, NERSC itt-python), and the
+#: calls that mark it as instrumented by hand (see ``transforms._detect``).
+ITTAPI_PACKAGE = "ittapi"
+ITT_PYTHON_MODULE = "itt"
+HAND_MARKER_CALLS = ("task_begin", "resume", "domain_create")
 #: The ittapi.compat calls markers make (one statement each).
 MARKER_CALLS = ("resume", "pause", "task_begin", "task_end", "pt_region_begin", "pt_region_end")
 #: The calls of header assignments: ``<var> = <itt>.<call>(...)``.

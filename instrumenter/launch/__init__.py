@@ -1,8 +1,9 @@
 """How autoitt starts a copy: the launcher's command line (the launcher itself is ``__main__.py`` here).
 
-The launcher runs inside the user's process and is started by this folder's
-path (see its docstring for why), so it is written against the standard
-library alone and its constants are defined there, once.
+The launcher runs inside the user's process, started by its file's path
+(see its docstring for why) and with the standard library alone, so it
+cannot import this package: the two names below are written in both files,
+and a test holds them equal.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from .__main__ import EXIT_DIR_VARIABLE, INSTRUMENTATION_OPTION
+#: Where the launcher writes the script's exit code, one file per process (see ``__main__.py``).
+EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
+#: The launcher's option naming the run's ``instrumentation.json``.
+INSTRUMENTATION_OPTION = "--instrumentation"
 
-__all__ = ["EXIT_DIR_VARIABLE", "command"]
+LAUNCHER = Path(__file__).resolve().with_name("__main__.py")
+
+__all__ = ["EXIT_DIR_VARIABLE", "INSTRUMENTATION_OPTION", "LAUNCHER", "command"]
 
 
 def command(copy: Path, script: Path, args: Sequence[str], instrumentation: Optional[Path] = None,
@@ -24,4 +30,4 @@ def command(copy: Path, script: Path, args: Sequence[str], instrumentation: Opti
     lines in tracebacks and the copies of local modules.
     """
     option = [INSTRUMENTATION_OPTION, str(instrumentation.resolve())] if instrumentation is not None else []
-    return [python, str(Path(__file__).resolve().parent), *option, str(copy), str(script), *args]
+    return [python, str(LAUNCHER), *option, str(copy), str(script), *args]

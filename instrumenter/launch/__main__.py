@@ -1,20 +1,21 @@
 """Run an instrumented copy as if it were the original script.
 
-``python <this folder> [--instrumentation FILE] COPY ORIGINAL [ARGS...]``
+``python <this file> [--instrumentation FILE] COPY ORIGINAL [ARGS...]``
 executes COPY's code as ``__main__`` with ``__file__``, ``sys.argv[0]`` and
 ``sys.path[0]`` of ORIGINAL, in the caller's working directory, so sibling
 imports and paths relative to the script resolve exactly as they would for
 ``python ORIGINAL ARGS...``. The exit code is the script's: an uncaught
 exception exits 1 with its traceback, ``sys.exit(n)`` exits n.
 
-autoitt starts it by its folder's path, never as ``python -m
+autoitt starts it by its file's path, never as ``python -m
 instrumenter.launch``: ``-m`` would put the working directory first on
 ``sys.path``, where a module of the user's named ``instrumenter`` would be
-found instead. Run by path, ``sys.path[0]`` is this folder (it holds nothing
-else to import) until the script's folder takes its place, and nothing of
-autoitt's package is imported: the user's own ``instrumenter``,
-``transforms`` or ``launch`` modules stay importable, as themselves.
-(``python -m instrumenter.launch`` works too, where nothing shadows it.)
+found instead (and runpy's frames would lead every traceback). Run by path,
+``sys.path[0]`` is this folder (it holds nothing else to import) until the
+script's folder takes its place, and nothing of autoitt's package is
+imported: the user's own ``instrumenter``, ``transforms`` or ``launch``
+modules stay importable, as themselves. (``python -m instrumenter.launch``
+works too, where nothing shadows it.)
 
 With ``--instrumentation FILE`` (``instrumentation.json``, documented in
 :mod:`instrumenter.instrumentation`):
@@ -38,12 +39,12 @@ failing profiler, per process (one file per MPI rank).
 Stdlib only: this module runs inside the user's training process.
 """
 
-import ast
-import bisect
+# Only what the launcher cannot do without is imported before the script runs (and ast only to
+# map lines): a module imported here is the standard library's for the script too, even where
+# the script's folder has one of that name (under `python script.py`, only what Python itself
+# loads at start-up is).
 import builtins
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -67,14 +68,19 @@ class _Lines:
 
     def __init__(self, line_map: dict, copy: bytes, original: bytes) -> None:
         self.inserted = {int(c): int(o) for c, o in line_map["inserted"]}
-        self.sorted = sorted(self.inserted)
         self.copy_indent = [_indent(line) for line in _NEWLINE.split(copy)]
         self.original_lines = _NEWLINE.split(original)
+        self.lines = [0]  # copy line -> original line: an inserted one's own, else the next of the original
+        shown = 0
+        for number in range(1, int(line_map["copy_lines"]) + 1):
+            if number in self.inserted:
+                self.lines.append(self.inserted[number])
+            else:
+                shown += 1
+                self.lines.append(shown)
 
     def line(self, copy_line: int) -> int:
-        if copy_line in self.inserted:
-            return self.inserted[copy_line]
-        return copy_line - bisect.bisect_left(self.sorted, copy_line)
+        return self.lines[copy_line] if copy_line < len(self.lines) else copy_line
 
     def column(self, copy_line: int, column: int, end: bool) -> int:
         line = self.line(copy_line)
@@ -95,6 +101,8 @@ def _compile(copy_path: str, filename: str, lines: "_Lines | None"):
         data = handle.read()
     if lines is None:
         return compile(data, filename, "exec", dont_inherit=True)
+    import ast
+
     tree = ast.parse(data, filename)
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) is None or getattr(node, "end_lineno", None) is None:
@@ -131,8 +139,8 @@ class _Instrumentation:
         return any(f["window"] for f in self.files.values())
 
 
-class _CopyLoader(importlib.abc.Loader):
-    """Executes an instrumented copy as the module it was made from."""
+class _CopyLoader:
+    """Executes an instrumented copy as the module it was made from (a loader: ``create_module``, ``exec_module``)."""
 
     def __init__(self, copy: str, instrumentation: _Instrumentation) -> None:
         self.copy = copy
@@ -147,8 +155,8 @@ class _CopyLoader(importlib.abc.Loader):
         exec(code, module.__dict__)
 
 
-class _CopyFinder(importlib.abc.MetaPathFinder):
-    """Finds modules as usual, then swaps in the loader of their instrumented copy."""
+class _CopyFinder:
+    """Finds modules as usual, then swaps in the loader of their instrumented copy (a meta path finder)."""
 
     def __init__(self, instrumentation: _Instrumentation) -> None:
         self.instrumentation = instrumentation
@@ -166,24 +174,35 @@ class _CopyFinder(importlib.abc.MetaPathFinder):
         spec.has_location = True
         return spec
 
+    def invalidate_caches(self) -> None:
+        pass
+
 
 def _load_window() -> None:
     """autoitt's window runtime as ``instrumenter.window``, without importing (or shadowing) a package
     ``instrumenter``: the copy imports it by that full name, which the import system finds here first."""
     path = os.path.join(os.path.dirname(_HERE), "window.py")
-    spec = importlib.util.spec_from_file_location(WINDOW_MODULE, path)
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(WINDOW_MODULE)
+    module.__file__ = path
+    module.__spec__ = importlib.machinery.ModuleSpec(WINDOW_MODULE, None, origin=path)
     sys.modules[WINDOW_MODULE] = module
-    spec.loader.exec_module(module)
+    with open(path, "rb") as handle:
+        exec(compile(handle.read(), path, "exec", dont_inherit=True), module.__dict__)
+
+
+def _is_launcher(filename: str) -> bool:
+    """A frame of this launcher, of runpy (``python -m``) or of the import machinery it calls."""
+    runpy = sys.modules.get("runpy")
+    return (os.path.dirname(os.path.abspath(filename)) == _HERE
+            or filename == "<frozen runpy>" or filename == getattr(runpy, "__file__", None)
+            or filename.startswith("<frozen importlib._bootstrap"))
 
 
 def _outside_launcher(tb):
-    """``tb`` without the frames of this launcher and of the import machinery it calls."""
+    """``tb`` without the frames of this launcher (see :func:`_is_launcher`)."""
     frames = []
     while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not (os.path.dirname(os.path.abspath(filename)) == _HERE
-                or filename.startswith("<frozen importlib._bootstrap") or filename == "<frozen runpy>"):
+        if not _is_launcher(tb.tb_frame.f_code.co_filename):
             frames.append(tb)
         tb = tb.tb_next
     result = None
@@ -245,7 +264,7 @@ def main(argv: list) -> None:
         instrumentation = _Instrumentation(argv[1])
         argv = argv[2:]
     if len(argv) < 2:
-        sys.exit(f"usage: python {_HERE} [{INSTRUMENTATION_OPTION} FILE] COPY ORIGINAL [ARGS...]")
+        sys.exit(f"usage: python {__file__} [{INSTRUMENTATION_OPTION} FILE] COPY ORIGINAL [ARGS...]")
     # Popped, so the script's environment (and its children's) is as without autoitt.
     exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
     if instrumentation is not None:

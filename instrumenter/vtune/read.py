@@ -86,8 +86,8 @@ def source_mapper(instrumentation: Instrumentation, warnings: List[str]) -> Call
     line), and names every file of the profiled project as the user named the script (``tiny.py``)."""
     for record in instrumentation.files:
         if record.runs is not None and not _unchanged(Path(record.path), record.sha256):
-            warnings.append(f"{record.path} changed since it was profiled: the lines below are those of the "
-                            "version that ran")
+            warnings.append(f"{instrumentation.shown_path(record)} changed since it was profiled: its line numbers "
+                            "below are those of the version that ran")
     definitions: Dict[str, Dict[str, int]] = {}
 
     def defined_at(path: str, function: str) -> Optional[int]:
