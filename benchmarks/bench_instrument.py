@@ -577,8 +577,9 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
 
     Mirrors ``transforms._instrument.instrument`` step by step (same calls,
     same order, the same objects alive): ``parse_source``, ``detect``,
-    ``make_plan``; ``_rewrite.rewrite_module`` split into its libcst parse,
-    ``_StatementRewriter`` visit, ``_add_header`` and the code generation that
+    ``make_plan``; ``_rewrite.rewrite_module`` split into its libcst parse, the
+    parse of the lines to insert, the ``_StatementRewriter`` visit,
+    ``_add_header`` and the code generation that
     notes the inserted lines; then the safety check: compile() of the copy,
     ``_strip.strip_module`` and the comparison of its bytes with the input;
     then the line map. Plus a baseline round trip in every round. When
@@ -605,11 +606,13 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         detection = timed("detect", lambda: detect(source, mode.label_overrides))
         plan = timed("make_plan", lambda: make_plan(detection, mode, script, stem))
         module = timed("libcst parse_module", lambda: cst.parse_module(data))
-        rewriter = _rewrite._StatementRewriter(plan, module)
+        statements = timed("parse the lines to insert",
+                           lambda: _rewrite._parse_statements(plan, module.config_for_parsing))
+        rewriter = _rewrite._StatementRewriter(plan, module, statements)
         updated = timed("_StatementRewriter visit", lambda: module.visit(rewriter))
         if rewriter.applied != len(plan.edits):
             raise AssertionError(f"applied {rewriter.applied} of {len(plan.edits)} edits: stage_breakdown is out of date")
-        instrumented, header = timed("_add_header", lambda: _rewrite._add_header(updated, plan))
+        instrumented, header = timed("_add_header", lambda: _rewrite._add_header(updated, plan, statements))
         untouched, inserted = frozenset(rewriter.untouched), rewriter.inserted
         del rewriter, updated
         code, lines = timed("codegen of the copy, noting inserted lines",
@@ -625,7 +628,7 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         # Result is dropped); freeing them here also keeps the next run's heap
         # (and so its GC work) the same as instrument sees.
         start = time.perf_counter()
-        del source, detection, plan, module, instrumented, inserted, code, output, stripped
+        del source, detection, plan, module, statements, instrumented, inserted, code, output, stripped
         stages.setdefault("free the trees", []).append(time.perf_counter() - start)
         if run == 0:
             stages.clear()
@@ -653,8 +656,9 @@ def sample_ratios(repeat: int) -> List[Tuple[str, int, int, List[float], List[fl
             repeat,
         )
         module = cst.parse_module(data)
-        updated = module.visit(_rewrite._StatementRewriter(result.plan, module))
-        header = interleaved({"h": lambda: _rewrite._add_header(updated, result.plan)}, repeat)["h"]
+        statements = _rewrite._parse_statements(result.plan, module.config_for_parsing)
+        updated = module.visit(_rewrite._StatementRewriter(result.plan, module, statements))
+        header = interleaved({"h": lambda: _rewrite._add_header(updated, result.plan, statements)}, repeat)["h"]
         rows.append((path.name, data.count(b"\n"), len(result.detection.regions), times["a"], times["b"], min(header)))
     return rows
 

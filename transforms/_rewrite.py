@@ -2,10 +2,12 @@
 
 Only statements are visited: the transformer counts them in the same order as
 detection did (see :mod:`transforms._index`) and never descends into
-expressions, which keeps the rewrite close to the cost of a bare parse. The
-import goes in through libcst's ``AddImportsVisitor``; everything else is
-built from code text parsed with the module's own newline and indentation, so
-a CRLF file stays CRLF and a two-space file stays two-space.
+expressions, which keeps the rewrite close to the cost of a bare parse. Every
+inserted statement is built from code text (the plan's), parsed in one go
+with the module's own newline and indentation, so a CRLF file stays CRLF and
+a two-space file stays two-space. The imports go where libcst's
+``AddImportsVisitor`` would put them, found without the codemod framework
+(importing it and ``libcst.matchers`` costs more than a whole small rewrite).
 
 Every node the rewrite inserts is recorded with the region it marks, and the
 copy's code is generated once, noting the line each inserted node lands on:
@@ -20,8 +22,6 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from ._errors import RewriteError
 from ._linemap import NEWLINE, LineMap, count_lines
@@ -49,7 +49,7 @@ _DESCEND = (
 class _StatementRewriter(cst.CSTTransformer):
     """Wraps each planned statement and loop body, found by statement ordinal."""
 
-    def __init__(self, plan: Plan, module: cst.Module) -> None:
+    def __init__(self, plan: Plan, module: cst.Module, statements: Dict[str, cst.SimpleStatementLine]) -> None:
         super().__init__()
         self._edits: Dict[int, Edit] = {edit.ordinal: edit for edit in plan.edits}
         self._edit_ordinals = sorted(self._edits)
@@ -61,24 +61,11 @@ class _StatementRewriter(cst.CSTTransformer):
         self._next_ordinal = 0
         self._ordinal_of: Dict[int, int] = {}
         self._indents: List[str] = []
-        self._parsed = self._parse_markers(plan)
+        self._parsed = statements
         self._contexts: Dict[str, cst.BaseExpression] = {}
         self.applied = 0
         #: every node inserted (its first line is a line autoitt writes), with its region's line
         self.inserted: List[_Inserted] = []
-
-    def _parse_markers(self, plan: Plan) -> Dict[str, cst.SimpleStatementLine]:
-        """Every distinct marker line, parsed in one go (one parse per line costs far more)."""
-        codes = sorted({code for edit in plan.edits
-                        for wrap in (edit.around, edit.each) if wrap is not None
-                        for code in (*wrap.before, *wrap.after)})
-        if not codes:
-            return {}
-        newline = self._config.default_newline
-        parsed = cst.parse_module(newline.join(codes) + newline, config=self._config)
-        if len(parsed.body) != len(codes):
-            raise RewriteError("marker lines did not parse one statement each")
-        return dict(zip(codes, parsed.body))
 
     # -- traversal -------------------------------------------------------------
 
@@ -187,19 +174,39 @@ class _StatementRewriter(cst.CSTTransformer):
         self.inserted.extend((node, line) for node in nodes)
 
 
-def _leading_block_end(module: cst.Module) -> int:
-    """Index just past the docstring and first import block (AddImportsVisitor's territory)."""
-    body = module.body
-    index = 0
-    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) and isinstance(
-        body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)
-    ):
-        index = 1
-    while index < len(body) and isinstance(body[index], cst.SimpleStatementLine) and isinstance(
-        body[index].body[0], (cst.Import, cst.ImportFrom)
-    ):
-        index += 1
-    return index
+def _parse_statements(plan: Plan, config: cst.PartialParserConfig) -> Dict[str, cst.SimpleStatementLine]:
+    """Every distinct line the plan inserts (markers, imports, header), parsed in one go: a parse per
+    line costs far more. Each is used as a fresh node (``with_changes()``) wherever it goes."""
+    codes = sorted({*(code for edit in plan.edits for wrap in (edit.around, edit.each) if wrap is not None
+                      for code in (*wrap.before, *wrap.after)),
+                    *(_import_code(*spec) for spec in plan.imports), *plan.header})
+    newline = config.default_newline
+    parsed = cst.parse_module(newline.join(codes) + newline, config=config)
+    if len(parsed.body) != len(codes) or not all(isinstance(s, cst.SimpleStatementLine) for s in parsed.body):
+        raise RewriteError("the lines to insert did not parse one statement each")
+    return dict(zip(codes, parsed.body))
+
+
+def _single(statement: cst.CSTNode, kinds) -> Optional[cst.BaseSmallStatement]:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            and isinstance(statement.body[0], kinds):
+        return statement.body[0]
+    return None
+
+
+def _import_position(body: Sequence[cst.BaseStatement]) -> int:
+    """Where libcst's ``AddImportsVisitor`` adds an import: after a leading docstring (or ``__strict__``
+    flag) and the run of import statements that follows it; at the top when there is none."""
+    first = body[0] if body else None
+    docstring = _single(first, cst.Expr)
+    flag = _single(first, cst.Assign)
+    skip = (docstring is not None and isinstance(docstring.value, cst.SimpleString)) or (
+        flag is not None and len(flag.targets) == 1 and isinstance(flag.targets[0].target, cst.Name)
+        and flag.targets[0].target.value == "__strict__")
+    at = 1 if skip else 0
+    while at < len(body) and _single(body[at], (cst.Import, cst.ImportFrom)) is not None:
+        at += 1
+    return at
 
 
 def _import_code(module_name: str, obj: Optional[str], asname: Optional[str]) -> str:
@@ -207,40 +214,21 @@ def _import_code(module_name: str, obj: Optional[str], asname: Optional[str]) ->
     return f"from {module_name} import {obj}{alias}" if obj else f"import {module_name}{alias}"
 
 
-def _add_header(module: cst.Module, plan: Plan) -> Tuple[cst.Module, List[cst.CSTNode]]:
-    """The imports (through AddImportsVisitor) and the module-level ITT objects after them.
+def _add_header(module: cst.Module, plan: Plan,
+                statements: Dict[str, cst.SimpleStatementLine]) -> Tuple[cst.Module, List[cst.CSTNode]]:
+    """The imports, then the module-level ITT objects, where ``AddImportsVisitor`` would add the imports.
 
-    AddImportsVisitor decides where imports go and writes them. It only looks
-    at the leading docstring and import block, so it runs on that part alone
-    (no scope resolution over the whole file). Its output is used only for the
-    statements it adds; they are spliced into the original body, because the
-    visitor also re-spaces the statement after the imports, and autoitt never
-    touches a line of the user's outside the markers (``strip`` relies on it).
-    Returns the module and the statements inserted.
+    Nothing else of the module changes: AddImportsVisitor would also re-space
+    the statement after the imports, and autoitt never touches a line of the
+    user's outside the markers (``strip`` relies on it). Returns the module and
+    the statements inserted.
     """
-    split = _leading_block_end(module)
-    # Only the docstring and leading imports: what follows can be a class of
-    # thousands of lines that the visitor would otherwise walk with metadata.
-    head = module.with_changes(body=module.body[:split])
-    context = CodemodContext()
-    for module_name, obj, asname in plan.imports:
-        AddImportsVisitor.add_needed_import(context, module_name, obj, asname)
-    head = AddImportsVisitor(context).transform_module(head)
-    wanted = {_import_code(*spec) for spec in plan.imports}
-    empty = cst.Module([])
-    added = [
-        (i, statement) for i, statement in enumerate(head.body)
-        if empty.code_for_node(statement.with_changes(leading_lines=())).strip() in wanted
-    ]
-    if len(added) != len(wanted):
-        raise RewriteError("AddImportsVisitor did not add the imports autoitt needs")
-    at = added[0][0]
-    config = module.config_for_parsing
-    header = [cst.parse_statement(code + config.default_newline, config=config) for code in plan.header]
+    imports = [statements[_import_code(*spec)].with_changes() for spec in plan.imports]
+    header = [statements[code].with_changes() for code in plan.header]
     comment = cst.EmptyLine(comment=cst.Comment(plan.header_comment))
     header[0] = header[0].with_changes(leading_lines=[cst.EmptyLine(), comment])
-    imports = [statement.with_changes(leading_lines=()) for _, statement in added]
     inserted = [*imports, *header]
+    at = _import_position(module.body)
     return module.with_changes(body=[*module.body[:at], *inserted, *module.body[at:]]), inserted
 
 
@@ -315,11 +303,12 @@ class Rewritten:
 def rewrite_module(data: bytes, plan: Plan) -> Rewritten:
     """Parse ``data`` and apply ``plan``; ``output`` keeps the encoding and newlines."""
     module = cst.parse_module(data)
-    rewriter = _StatementRewriter(plan, module)
+    statements = _parse_statements(plan, module.config_for_parsing)
+    rewriter = _StatementRewriter(plan, module, statements)
     updated = module.visit(rewriter)
     if rewriter.applied != len(plan.edits):
         raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
-    instrumented, header = _add_header(updated, plan)
+    instrumented, header = _add_header(updated, plan, statements)
     code, inserted_lines = _generate(instrumented, rewriter.inserted, header)
     return Rewritten(module, instrumented, frozenset(rewriter.untouched), code.encode(module.encoding),
                      inserted_lines, count_lines(code), count_lines(data.decode(module.encoding)))
