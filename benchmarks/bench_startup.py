@@ -1,4 +1,4 @@
-"""How quickly does ``autoitt --help`` start, next to importing libcst?
+"""How quickly do ``autoitt --help`` and ``autoitt instrument --diff`` run, next to libcst alone?
 
 Runs each command ``--runs`` times (default 10) in a fresh subprocess, after
 one untimed warm-up run each (to fill the OS file cache), interleaving the
@@ -8,12 +8,18 @@ commands round by round so a change of machine load hits all of them alike:
   python -c "import libcst"    what the CLI would pay if it imported libcst eagerly
   python -c "pass"             the interpreter's own start-up
 
-and prints best and median wall time of each, and the ratio
-``autoitt --help`` / ``import libcst``. The CLI imports libcst only inside the
-commands that rewrite, so the ratio should stay well below 1. Nothing is
-asserted: wall times depend on the machine; compare the ratios.
+and, for each of ``samples/*.py`` (typical training scripts of ~100 lines):
 
-Usage:  .venv/bin/python benchmarks/bench_startup.py [--runs N]
+  autoitt instrument SAMPLE --diff                       the whole command, as a user runs it
+  python -c "import libcst; libcst.parse_module(src).code"   the yardstick: one libcst round trip
+
+It prints best and median wall time of each, the ratio ``autoitt --help`` /
+``import libcst`` (the CLI imports libcst only inside the commands that
+rewrite, so it should stay well below 1) and, per sample, ``instrument --diff``
+/ yardstick (goal: at most 1.3, medians). Nothing is asserted: wall times
+depend on the machine; compare the ratios.
+
+Usage:  .venv/bin/python benchmarks/bench_startup.py [--runs N] [--no-samples]
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def _run(command: Sequence[str]) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="timed runs of each command (default 10)")
+    parser.add_argument("--no-samples", action="store_true", help="only the start-up commands")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
@@ -55,6 +62,11 @@ def main(argv=None) -> int:
         'python -c "import libcst"': [sys.executable, "-c", "import libcst"],
         'python -c "pass"': [sys.executable, "-c", "pass"],
     }
+    samples = [] if args.no_samples else sorted((Path(__file__).resolve().parent.parent / "samples").glob("*.py"))
+    for sample in samples:
+        commands[f"instrument {sample.name} --diff"] = [_autoitt(), "instrument", str(sample), "--diff"]
+        commands[f"yardstick {sample.name}"] = [
+            sys.executable, "-c", f"import libcst; libcst.parse_module(open({str(sample)!r}, 'rb').read()).code"]
     times: Dict[str, List[float]] = {label: [] for label in commands}
     for round_ in range(args.runs + 1):  # round 0 warms up
         for label, command in commands.items():
@@ -63,15 +75,20 @@ def main(argv=None) -> int:
                 times[label].append(elapsed)
 
     print(f"start-up wall time, {args.runs} runs each (python {sys.version.split()[0]}, {sys.executable})")
-    print(f"{'command':<28} {'best ms':>9} {'median ms':>10}")
+    print(f"{'command':<40} {'best ms':>9} {'median ms':>10}")
     for label, values in times.items():
-        print(f"{label:<28} {min(values) * 1e3:>9.1f} {statistics.median(values) * 1e3:>10.1f}")
-    help_, libcst_, bare = (times[label] for label in commands)
+        print(f"{label:<40} {min(values) * 1e3:>9.1f} {statistics.median(values) * 1e3:>10.1f}")
+    help_, libcst_, bare = (times[label] for label in list(commands)[:3])
     print()
     print(f"autoitt --help / import libcst: best {min(help_) / min(libcst_):.2f}, "
           f"median {statistics.median(help_) / statistics.median(libcst_):.2f}")
     print(f"above bare interpreter start-up: autoitt --help +{(min(help_) - min(bare)) * 1e3:.1f} ms, "
           f"import libcst +{(min(libcst_) - min(bare)) * 1e3:.1f} ms (best)")
+    for sample in samples:
+        whole, yardstick = times[f"instrument {sample.name} --diff"], times[f"yardstick {sample.name}"]
+        ratio = statistics.median(whole) / statistics.median(yardstick)
+        print(f"instrument {sample.name} --diff / one libcst round trip, whole process: median {ratio:.2f} "
+              f"(goal <= 1.3: {'PASS' if ratio <= 1.3 else 'FAIL'})")
     return 0
 
 
