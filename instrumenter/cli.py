@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
@@ -162,6 +161,8 @@ def _run_guarded(tally: Tally, action) -> None:
     except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # noqa: BLE001 - the contract is exit 123, never a bare traceback
+        import traceback
+
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
         tally.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
 

@@ -11,9 +11,7 @@ output was made from. What a command does with its result at all is its
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -193,6 +191,8 @@ def _write(output: Output, policy: Policy) -> None:
 
 def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
     """Replace ``path`` with ``data`` in one rename; permission bits from ``mode_from``."""
+    import tempfile  # only when writing: --diff and --check never pay for it
+
     directory = path.parent if str(path.parent) else Path(".")
     handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".autoitt-tmp", delete=False)
     try:
@@ -213,6 +213,8 @@ def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> N
 
 def copy_backup(script: Path, backup: Path) -> None:
     """Keep the original next to itself before an in-place rewrite."""
+    import shutil
+
     tmp = backup.with_name(f".{backup.name}.autoitt-tmp")
     shutil.copy2(script, tmp)
     os.replace(tmp, backup)

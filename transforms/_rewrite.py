@@ -25,25 +25,15 @@ from libcst._nodes.internal import CodegenState
 
 from ._errors import RewriteError
 from ._linemap import NEWLINE, LineMap, count_lines
+from ._node_types import STATEMENT_HOLDERS, STATEMENTS
 from ._plan import Edit, Plan, Wrap
 
 _Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 #: An inserted node and the original line its first line is shown as (None: the line it precedes).
 _Inserted = Tuple[cst.CSTNode, Optional[int]]
 
-# Nodes whose children may hold statements; everything else is a leaf here.
-_DESCEND = (
-    cst.Module,
-    cst.BaseCompoundStatement,
-    cst.IndentedBlock,
-    cst.SimpleStatementLine,
-    cst.SimpleStatementSuite,
-    cst.Else,
-    cst.Finally,
-    cst.ExceptHandler,
-    cst.ExceptStarHandler,
-    cst.MatchCase,
-)
+# Nodes whose children may hold statements (or are statement lines themselves); the rest are leaves here.
+_DESCEND = STATEMENT_HOLDERS | {cst.SimpleStatementLine, cst.SimpleStatementSuite}
 
 
 class _StatementRewriter(cst.CSTTransformer):
@@ -70,7 +60,8 @@ class _StatementRewriter(cst.CSTTransformer):
     # -- traversal -------------------------------------------------------------
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        kind = type(node)
+        if kind in STATEMENTS:
             ordinal = self._next_ordinal
             self._ordinal_of[id(node)] = ordinal
             self._next_ordinal += 1
@@ -80,19 +71,20 @@ class _StatementRewriter(cst.CSTTransformer):
                 self._next_ordinal = end
                 self.untouched.add(id(node))
                 return False
-        if isinstance(node, cst.IndentedBlock):
+        if kind is cst.IndentedBlock:
             self._indents.append(node.indent if node.indent is not None else self._default_indent)
-        return isinstance(node, _DESCEND)
+        return kind in _DESCEND
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        if isinstance(original_node, cst.IndentedBlock):
+        kind = type(original_node)
+        if kind is cst.IndentedBlock:
             self._indents.pop()
-        if isinstance(original_node, (cst.For, cst.While)):
+        if kind is cst.For or kind is cst.While:
             edit = self._edits.get(self._ordinal_of[id(original_node)])
             if edit is not None:
                 self._check(edit, original_node)
                 return self._wrap_loop(updated_node, edit)
-        elif isinstance(original_node, cst.SimpleStatementLine):
+        elif kind is cst.SimpleStatementLine:
             for small in original_node.body:
                 edit = self._edits.get(self._ordinal_of[id(small)])
                 if edit is not None:

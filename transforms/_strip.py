@@ -19,10 +19,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ._errors import RewriteError, SourceError
 from ._markers import INSTRUMENTED_MARKER, MarkerMatcher, dotted
+from ._node_types import STATEMENT_HOLDERS
 
-# Nodes whose children may hold statements; markers live nowhere else.
-_STATEMENT_HOLDERS = (cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.Finally,
-                      cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
 
 
 class _MarkerStripper(cst.CSTTransformer):
@@ -34,7 +32,8 @@ class _MarkerStripper(cst.CSTTransformer):
         self._untouched = untouched
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) not in self._untouched and isinstance(node, _STATEMENT_HOLDERS)
+        # Markers live only in statement lists.
+        return type(node) in STATEMENT_HOLDERS and id(node) not in self._untouched
 
     def leave_IndentedBlock(self, original_node, updated_node):
         return self._unwrap_in(updated_node)

@@ -1,0 +1,33 @@
+"""The libcst node types the statement-only walks (rewrite, strip) tell apart, as sets of concrete classes.
+
+libcst's base node classes are abstract (``abc``): ``isinstance`` against one
+goes through ABC subclass checks, which cost several milliseconds in a fresh
+process before their caches fill, a sizeable part of instrumenting a small
+script. A ``type(node) in SET`` lookup costs nothing of the kind.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet
+
+import libcst as cst
+
+
+def concrete(*bases: type) -> FrozenSet[type]:
+    """Every concrete (instantiable) subclass of ``bases``, themselves included."""
+    found = set()
+    pending = list(bases)
+    while pending:
+        cls = pending.pop()
+        if cls in found:
+            continue
+        found.add(cls)
+        pending.extend(cls.__subclasses__())
+    return frozenset(cls for cls in found if not getattr(cls, "__abstractmethods__", None))
+
+
+#: A statement of the pre-order walk shared with detection (see ``transforms._index``).
+STATEMENTS = concrete(cst.BaseSmallStatement, cst.BaseCompoundStatement)
+#: Nodes whose children may hold statements; everything else is a leaf to these walks.
+STATEMENT_HOLDERS = concrete(cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.Finally,
+                             cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
