@@ -146,6 +146,10 @@ def instrument(script: Path, output: Optional[str], in_place: bool, force: bool,
     sys.exit(int(tally.exit_code))
 
 
+#: The exit status of a command stopped by Ctrl-C, as a shell reports it.
+_INTERRUPTED = 128 + 2
+
+
 def _run_guarded(tally: Tally, action) -> None:
     """Turn any unexpected exception into exit code 123 with a useful message."""
     from transforms import RewriteError, SourceError
@@ -320,19 +324,26 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 
     def run() -> None:
         from .profiling import profile as run_profile
+        from .target import describe, shell_status
 
         done = run_profile(script, args, options, tally.note)
-        summary = _show(done, as_json)
-        ended["exit"] = done.record.exit_code
-        if done.record.exit_code:
-            tally.input_error(f"{script} exited with code {done.record.exit_code} "
-                              f"(results so far are in {done.folder}/)")
+        code = done.record.exit_code
+        if code:
+            ended["exit"] = shell_status(code)
+        try:
+            summary = _show(done, as_json)
+        except KeyboardInterrupt:
+            ended.setdefault("exit", _INTERRUPTED)
+            tally.input_error(f"summary interrupted; `autoitt report {done.folder}` prints it from what was "
+                              "recorded")
+            return
+        if code:
+            tally.input_error(f"{script} {describe(code)} (results so far are in {done.folder}/)")
         elif done.backend.incomplete(summary):
             tally.input_error(f"{done.backend.incomplete(summary)}; what did complete is in {done.folder}/")
 
     _run_guarded(tally, run)
-    code = ended.get("exit")
-    sys.exit(code if code else int(tally.exit_code))
+    sys.exit(ended.get("exit") or int(tally.exit_code))
 
 
 @cli.command(epilog=_EPILOG)

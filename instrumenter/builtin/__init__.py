@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .. import target
 from ..backend import Backend, Finished, Job, Say
 from ..instrumentation import Instrumentation
 from ..results import RunRecord
@@ -38,14 +38,8 @@ class BuiltinBackend(Backend):
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused))
         started = time.perf_counter()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
-        process = subprocess.Popen(job.command, env=env,
-                                   stdout=sys.stderr.fileno() if job.options.json_output else None)
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            # The target got the same SIGINT; let it finish writing what it recorded.
-            code = process.wait()
-        return Finished(code, time.perf_counter() - started)
+        process = target.start(job.command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
+        return Finished(target.wait(process), time.perf_counter() - started)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
         """Read the traces once; write trace.json, summary.json and steps.svg from them."""

@@ -27,9 +27,14 @@ is unset; the directory is created if missing):
   through ``KeyboardInterrupt`` before it kills itself with SIGINT).  In a
   forked child a thread's buffer is also written each time its outermost task
   ends, because forked children usually end with ``os._exit`` (multiprocessing
-  workers, DataLoader workers), which flushes nothing.  A process killed by a
-  signal (SIGKILL, SIGTERM, a crash) or ended with ``os._exit`` loses what its
-  threads still buffered: at most 64 KiB per thread.
+  workers, DataLoader workers), which flushes nothing.  A signal that ends the
+  process by default (SIGTERM, SIGHUP, SIGQUIT, SIGXCPU, and the crashes
+  SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes every thread's buffer out
+  first, unless the program handles that signal itself (then its own exit
+  path decides).  What is lost: everything a thread still buffered (at most
+  64 KiB per thread) when the process ends by SIGKILL, by ``os._exit`` outside
+  a forked child, or while a thread was itself writing its buffer; and, in a
+  crash, whatever the crash damaged.
 
 All integers are little-endian (the collector is built for x86-64 Linux).
 Offsets are in bytes.

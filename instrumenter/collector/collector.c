@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -752,6 +753,46 @@ static void fork_child(void)
 
 static void at_exit(void) { flush_all(); }
 
+/* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
+   threads buffered is written out first, best effort and with async-signal-safe calls only
+   (write; try-locks, so an interrupted writer is skipped rather than waited for), then the
+   signal takes its default course: the process ends exactly as it would without us. */
+static const int FATAL_SIGNALS[] = {SIGTERM, SIGHUP, SIGQUIT, SIGXCPU, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+static void flush_on_fatal_signal(int sig)
+{
+    int saved_errno = errno;
+    int fd = atomic_load(&g_fd);
+    int locked = pthread_mutex_trylock(&g_mutex) == 0;
+    for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {
+        if (pthread_mutex_trylock(&b->flush_lock) != 0) continue;
+        uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
+        if (e > b->start) write_chunk(fd, b, b->start, e);
+        b->start = e;
+        pthread_mutex_unlock(&b->flush_lock);
+    }
+    if (locked) pthread_mutex_unlock(&g_mutex);
+    errno = saved_errno;
+    raise(sig); /* SA_RESETHAND restored the default action; it runs once we return */
+}
+
+/* Only where the program left the default action: a handler of its own decides for itself. */
+static void catch_fatal_signals(void)
+{
+    for (size_t i = 0; i < sizeof FATAL_SIGNALS / sizeof FATAL_SIGNALS[0]; i++) {
+        struct sigaction current;
+        if (sigaction(FATAL_SIGNALS[i], NULL, &current) != 0 || current.sa_handler != SIG_DFL
+            || (current.sa_flags & SA_SIGINFO))
+            continue;
+        struct sigaction ours;
+        memset(&ours, 0, sizeof ours);
+        ours.sa_handler = flush_on_fatal_signal;
+        ours.sa_flags = SA_RESETHAND;
+        sigemptyset(&ours.sa_mask);
+        sigaction(FATAL_SIGNALS[i], &ours, NULL);
+    }
+}
+
 __attribute__((constructor)) static void collector_load(void)
 {
     g_pid = (uint32_t)getpid();
@@ -775,6 +816,7 @@ __attribute__((constructor)) static void collector_load(void)
     g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
+    catch_fatal_signals();
 }
 
 __attribute__((destructor)) static void collector_unload(void) { flush_all(); }

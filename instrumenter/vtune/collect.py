@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from .. import target
 from ..files import atomic_write
 from ..launch import EXIT_DIR_VARIABLE
 from .commands import REPORTS, VTuneConfig, collect_command, report_command
@@ -138,7 +139,7 @@ def _collect(config: VTuneConfig, analysis: str, command: List[str], folder: Pat
 
 def _run_logged(command: List[str], env: Dict[str, str], log: Path, stdout_to_stderr: bool) -> int:
     """Run ``command``, showing its output live and copying it to ``log``; returns its exit code."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = target.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lock = threading.Lock()
     with open(log, "wb") as sink_log:
         def pump(stream, sink) -> None:
@@ -156,11 +157,7 @@ def _run_logged(command: List[str], env: Dict[str, str], log: Path, stdout_to_st
                  threading.Thread(target=pump, args=(process.stderr, sys.stderr))]
         for thread in pumps:
             thread.start()
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            # VTune and the script got the same SIGINT; let VTune finalize what it collected.
-            code = process.wait()
+        code = target.wait(process)  # through Ctrl-C too: VTune finalizes what it collected
         for thread in pumps:
             thread.join()
     return code

@@ -1,0 +1,133 @@
+"""Every way a profiled run ends: the script stops as it would without autoitt, what was recorded is kept,
+and autoitt exits with the status a shell would report.
+
+Real signals to a real process group (autoitt started in a session of its own,
+as a terminal would), the real built-in collector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_profile import autoitt
+
+#: Trains until stopped; says so in a file after its third step.
+ENDLESS = """\
+import pathlib, time
+
+
+class Loss:
+    def backward(self):
+        time.sleep(0.02)
+
+
+for step in range(100000):
+    Loss().backward()
+    if step == 2:
+        pathlib.Path("started").write_text("yes")
+"""
+
+
+def _start(folder: Path, script: str = ENDLESS) -> subprocess.Popen:
+    (folder / "train.py").write_text(script)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
+    process = subprocess.Popen([sys.executable, "-m", "instrumenter", "profile", "--json", "--backend", "builtin",
+                                "-r", "out", "train.py"], cwd=folder, env=environment, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (folder / "started").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    return process
+
+
+def _script_pids(folder: Path):
+    found = subprocess.run(["pgrep", "-f", str(folder / "out" / "instrumentation.json")],
+                           capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def _finish(process: subprocess.Popen):
+    out, err = process.communicate(timeout=120)
+    return process.returncode, (json.loads(out) if out.strip() else None), err
+
+
+def test_sigterm_to_autoitt_alone_stops_the_script_and_keeps_its_steps(tmp_path):
+    process = _start(tmp_path)
+    os.kill(process.pid, signal.SIGTERM)  # a scheduler, or `kill`, names autoitt only
+    code, summary, err = _finish(process)
+    assert code == 128 + signal.SIGTERM
+    assert summary["steps"][0]["count"] >= 3  # flushed by the collector on the way out
+    assert "was stopped by SIGTERM, exit status 143" in err
+    assert not _script_pids(tmp_path)
+
+
+def test_ctrl_c_to_the_process_group_exits_130_with_the_steps_so_far(tmp_path):
+    process = _start(tmp_path)
+    os.killpg(process.pid, signal.SIGINT)
+    code, summary, err = _finish(process)
+    assert code == 128 + signal.SIGINT
+    assert summary["steps"][0]["count"] >= 3
+    assert "KeyboardInterrupt" in err and "exit status 130" in err
+
+
+def test_sighup_to_the_group_ends_the_run_as_a_hangup(tmp_path):
+    process = _start(tmp_path)
+    os.killpg(process.pid, signal.SIGHUP)
+    code, summary, _ = _finish(process)
+    assert code == 128 + signal.SIGHUP
+    assert summary["steps"][0]["count"] >= 3
+
+
+def test_a_killed_autoitt_leaves_no_training_process_behind(tmp_path):
+    process = _start(tmp_path)
+    assert _script_pids(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while _script_pids(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _script_pids(tmp_path)
+
+
+def test_a_crash_exits_139_and_keeps_the_steps_completed_before_it(tmp_path):
+    (tmp_path / "crash.py").write_text(
+        "import ctypes\n\n\nclass Loss:\n    def backward(self):\n        pass\n\n\n"
+        "for step in range(5):\n    Loss().backward()\n    if step == 3:\n        ctypes.string_at(0)\n")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "crash.py", cwd=tmp_path)
+    assert done.returncode == 128 + signal.SIGSEGV
+    assert json.loads(done.stdout)["steps"][0]["count"] == 3
+    assert "was stopped by SIGSEGV, exit status 139" in done.stderr
+
+
+def test_a_script_exit_code_is_autoitts(tmp_path):
+    (tmp_path / "fails.py").write_text("import sys\nsys.exit(3)\n")
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "fails.py", cwd=tmp_path)
+    assert done.returncode == 3
+    assert "fails.py exited with code 3 (results so far are in out/)" in done.stderr
+
+
+def test_ctrl_c_during_the_summary_says_how_to_finish_it(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from instrumenter.builtin import BuiltinBackend
+    from instrumenter.cli import cli
+
+    def interrupted(self, folder, record, instrumentation):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BuiltinBackend, "read", interrupted)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quick.py").write_text("print('hi')\n")
+    result = CliRunner().invoke(cli, ["profile", "--backend", "builtin", "-r", "out", "quick.py"])
+    assert result.exit_code == 128 + signal.SIGINT
+    assert "summary interrupted; `autoitt report out` prints it" in result.stderr
+    assert "Aborted" not in result.output
