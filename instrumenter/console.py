@@ -34,6 +34,12 @@ def console_for_stdout() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 
+def readable(name: str) -> str:
+    """A file name as text that can be written anywhere: its undecodable bytes (kept by Python as
+    surrogates) become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def collected_line(elapsed_s: float, collected_s: float) -> str:
     """``(42% of the run)`` after the collected time, when the run's length is known."""
     return f" ({collected_s / elapsed_s:.0%} of the run)" if elapsed_s else ""

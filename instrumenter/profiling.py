@@ -23,7 +23,7 @@ from .files import Output
 from .instrumentation import FILE as INSTRUMENTATION_FILE
 from .instrumentation import FileRecord, Instrumentation, digest
 from .options import ProfileOptions
-from .project import ProjectFile, load_project
+from .project import Project, ProjectFile, load_project
 from .results import RunRecord, new_result_dir
 from .vtune import VTuneBackend, find_vtune
 
@@ -60,13 +60,18 @@ class Profile:
 
 
 def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say) -> Profile:
-    """Instrument, run and record one profile into a new result folder."""
+    """Instrument, run and record one profile into a new result folder.
+
+    The script (and its local modules) is read and instrumented before the
+    result folder is made: bad input leaves nothing behind.
+    """
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
-    folder = new_result_dir(script, options.result_dir)
     backend, why = choose_backend(options.backend)
+    project = load_project(script, options.mode)
+    folder = new_result_dir(script, options.result_dir)
     say(f"backend: {why}")
-    instrumentation, notes = prepare(script, options, folder)
+    instrumentation, notes = prepare(project, folder)
     for note in notes:
         say(note)
     copy = copy_path(script, folder)
@@ -97,16 +102,16 @@ def copy_path(script: Path, folder: Path) -> Path:
     return folder / f"{script.stem}_itt.py"
 
 
-def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instrumentation, List[str]]:
-    """Instrument ``script`` and the local modules it imports into ``folder``; (the record, notes).
+def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]:
+    """Write an instrumented project into ``folder``; (the record, notes).
 
-    Beside the copy: ``modules/`` with the copies of local modules (the user's
-    folder is never written to), ``instrument.diff`` (every file),
+    Beside the script's copy: ``modules/`` with the copies of local modules
+    (the user's folder is never written to), ``instrument.diff`` (every file),
     ``loops.json`` and ``instrumentation.json``.
     """
     from .diff import marker_diff
 
-    project = load_project(script, options.mode)
+    script = project.entry.path
     notes = project.messages()
     entry = project.entry.result
     copy = copy_path(script, folder)
@@ -120,7 +125,8 @@ def prepare(script: Path, options: ProfileOptions, folder: Path) -> Tuple[Instru
     diffs = [marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
                          str(item.path), str(targets[id(item)])) for item in project.instrumented]
     if diffs:
-        files.atomic_write(folder / "instrument.diff", "".join(diffs).encode())
+        # File names keep their own bytes, even undecodable ones.
+        files.atomic_write(folder / "instrument.diff", "".join(diffs).encode("utf-8", "surrogateescape"))
     modules_instrumented = any(item is not project.entry for item in project.instrumented)
     if not project.instrumented and entry.outcome is Outcome.NOTHING_TO_DO:
         notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")

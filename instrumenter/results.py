@@ -15,7 +15,7 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, TypeVar
+from typing import Callable, Dict, List, Optional, TypeVar
 
 from transforms import SourceError
 
@@ -55,6 +55,21 @@ class RunRecord:
         return read_record(folder, RUN_FILE, lambda data: cls(**{k: v for k, v in data.items() if k in known}))
 
 
+def save_outputs(folder: Path, outputs: Dict[str, str]) -> List[str]:
+    """Write each output file of a summary (atomically); what could not be written, as warnings.
+
+    A result folder the user cannot write (someone else's, read-only) is still
+    summarized: only its files are not refreshed.
+    """
+    problems = []
+    for name, text in outputs.items():
+        try:
+            atomic_write(folder / name, text.encode("utf-8", "surrogateescape"))
+        except OSError as exc:
+            problems.append(f"could not write {folder / name}: {exc.strerror or exc}")
+    return problems
+
+
 def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:
     """``build`` applied to the JSON file ``name`` of a result folder; :class:`SourceError` if it is
     missing (not a result folder) or does not hold what ``build`` expects."""
@@ -68,18 +83,29 @@ def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:
 
 
 def new_result_dir(script: Path, chosen: Optional[Path]) -> Path:
-    """A fresh, empty folder for this run (created); never one that holds results."""
-    if chosen is not None:
-        if chosen.exists() and (not chosen.is_dir() or any(chosen.iterdir())):
-            raise OutputError(chosen, "result folder exists and is not empty; choose a new one")
-        chosen.mkdir(parents=True, exist_ok=True)
-        return chosen
-    DEFAULT_ROOT.mkdir(exist_ok=True)
-    n = 1
-    while True:
-        candidate = DEFAULT_ROOT / f"{script.stem}-{n}"
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            n += 1
+    """A fresh, empty folder for this run (created); never one that holds results.
+
+    Raises :class:`OutputError` when it cannot be made or is in use.
+    """
+    try:
+        if chosen is not None:
+            if chosen.exists() and not chosen.is_dir():
+                raise OutputError(chosen, "is a file, not a folder; choose a new folder for the results")
+            if chosen.is_dir() and any(chosen.iterdir()):
+                raise OutputError(chosen, "result folder exists and is not empty; choose a new one")
+            chosen.mkdir(parents=True, exist_ok=True)
+            return chosen
+        if DEFAULT_ROOT.exists() and not DEFAULT_ROOT.is_dir():
+            raise OutputError(DEFAULT_ROOT, "is a file, where autoitt keeps its results; move it away or "
+                                            "choose a folder with -r")
+        DEFAULT_ROOT.mkdir(exist_ok=True)
+        n = 1
+        while True:
+            candidate = DEFAULT_ROOT / f"{script.stem}-{n}"
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                n += 1
+    except OSError as exc:
+        raise OutputError(chosen or DEFAULT_ROOT, f"cannot make the result folder: {exc.strerror or exc}") from None

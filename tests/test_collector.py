@@ -44,7 +44,7 @@ def run_target(tmp_path: Path, code: str, start_paused: bool = False, expect_rc:
 
 
 def only_trace(traces: Path) -> ProcessTrace:
-    found = read_trace_dir(traces)
+    found = read_trace_dir(traces).traces
     assert len(found) == 1, [t.path for t in found]
     assert found[0].warnings == []
     return found[0]
@@ -255,7 +255,7 @@ def test_forked_child_writes_its_own_file(tmp_path):
         print(os.getpid(), pid)
     """)
     parent_pid, child_pid = map(int, done.stdout.split())
-    parent, child = read_trace_dir(traces)
+    parent, child = read_trace_dir(traces).traces
     assert (parent.pid, child.pid) == (parent_pid, child_pid)
     assert child.ppid == parent_pid and child.path.name == f"itt-{child_pid}.bin"
     assert parent.warnings == [] and child.warnings == []
@@ -415,3 +415,48 @@ def test_tensorflow_onednn_tasks(tmp_path):
     check_balanced(trace.events)
     begun = {(e.domain, e.name) for e in trace.events if e.kind == "begin"}
     assert ("dnnl::primitive::execute", "convolution") in begun
+
+
+# --------------------------------------------------------------------------- losing data
+
+
+def test_a_full_disk_is_said_on_stderr_with_what_was_lost(tmp_path):
+    """The trace file is /dev/full (a symlink the collector follows): every write fails with ENOSPC."""
+    script = tmp_path / "target.py"
+    script.write_text("import ittapi.compat as itt\nd = itt.domain_create('x')\n"
+                      "for i in range(1000):\n    itt.task_begin(d, 'step')\n    itt.task_end(d)\n")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = target_env(traces)
+    done = subprocess.run(["bash", "-c", f'ln -s /dev/full {traces}/itt-$$.bin && exec "$0" "$1"', sys.executable,
+                           str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "autoitt collector: up to 2000 records of process" in done.stderr
+    assert "(No space left on device): its trace ends early" in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGSEGV])
+def test_a_signal_that_ends_the_process_writes_what_was_buffered_first(tmp_path, signum):
+    done, traces = run_target(tmp_path, f"""
+        import os, signal
+        import ittapi.compat as itt
+        d = itt.domain_create("x")
+        for i in range(5):
+            itt.task_begin(d, "step")
+            itt.task_end(d)
+        os.kill(os.getpid(), {int(signum)})
+        """, expect_rc=-signum)
+    assert [name for kind, _, name in tasks(only_trace(traces)) if kind == "begin"] == ["step"] * 5
+
+
+def test_a_signal_the_program_handles_itself_is_left_to_it(tmp_path):
+    done, traces = run_target(tmp_path, """
+        import os, signal, sys
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
+        import ittapi.compat as itt
+        d = itt.domain_create("x")
+        itt.task_begin(d, "step")
+        itt.task_end(d)
+        os.kill(os.getpid(), signal.SIGTERM)
+        """, expect_rc=7)
+    assert len([e for e in only_trace(traces).events if e.kind == "begin"]) == 1

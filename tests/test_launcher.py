@@ -169,15 +169,15 @@ def test_ctrl_c_ends_the_run_by_sigint_as_python_does_showing_only_the_users_fra
     import signal
 
     from instrumenter import launch
-    from instrumenter.options import ProfileOptions
     from instrumenter.profiling import copy_path, prepare
+    from instrumenter.project import load_project
     from transforms import Mode
 
     script, folder = tmp_path / "stopped.py", tmp_path / "out"
     script.write_text("class Loss:\n    def backward(self):\n        raise KeyboardInterrupt\n\n\n"
                       "for step in range(3):\n    Loss().backward()\n")
     folder.mkdir()
-    prepare(script, ProfileOptions(mode=Mode()), folder)
+    prepare(load_project(script, Mode()), folder)
     command = launch.command(copy_path(script, folder), script, [], folder / "instrumentation.json")
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGINT

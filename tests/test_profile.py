@@ -53,7 +53,7 @@ def test_pytorch_operators_are_recorded_nested_inside_step_tasks(torch_run):
     folder, summary, _ = torch_run
     operators = {t["name"] for t in summary["tasks"] if t["domain"] == "PyTorch"}
     assert {"aten::conv2d", "aten::batch_norm", "aten::relu"} <= operators
-    items, _ = intervals(read_trace_dir(folder / "itt"))
+    items, _ = intervals(read_trace_dir(folder / "itt").traces)
     steps = [i for i in items if i.domain == "autoitt.torch_train" and i.name == "step"]
     convs = [i for i in items if i.name == "aten::conv2d"]
     inside = [c for c in convs if any(s.tid == c.tid and s.start <= c.start and c.end <= s.end for s in steps)]
@@ -212,7 +212,7 @@ def test_dataloader_workers_write_their_own_files(tmp_path):
     folder = tmp_path / "out"
     done = autoitt("profile", "--json", "-r", str(folder), str(script), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    traces = read_trace_dir(folder / "itt")
+    traces = read_trace_dir(folder / "itt").traces
     assert len(traces) >= 3  # the script and its two workers
     assert all(not t.warnings for t in traces)
     main = [t for t in traces if t.ppid not in {u.pid for u in traces}]
@@ -271,3 +271,37 @@ def test_auto_backend_says_which_backend_and_why(tmp_path):
     script.write_text("print('x')\n")
     done = autoitt("profile", str(script), cwd=tmp_path, env={"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"})
     assert "backend: built-in ITT collector (no vtune on PATH" in done.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"AITTRACE\x01", b"not a trace at all, but long enough to be a header of one\n"],
+                         ids=["empty", "cut-in-header", "foreign"])
+def test_a_trace_file_that_cannot_be_read_is_named_and_skipped(torch_run, tmp_path, content):
+    folder, summary, _ = torch_run
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(folder), str(copy)], check=True)
+    (copy / "itt" / "itt-999999.bin").write_bytes(content)
+    done = autoitt("report", "--json", str(copy))
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    assert any(w.startswith("itt-999999.bin: ") and w.endswith("skipped") for w in again["warnings"])
+    assert again["steps"] == summary["steps"]
+
+
+def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch, capsys):
+    """Someone else's (or a read-only) result folder: simulated, since root may write anywhere."""
+    from click.testing import CliRunner
+
+    import instrumenter.results
+    from instrumenter.cli import cli
+
+    folder, summary, _ = torch_run
+
+    def refused(path, data, mode_from=None):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(instrumenter.results, "atomic_write", refused)
+    result = CliRunner().invoke(cli, ["report", "--json", str(folder)])
+    assert result.exit_code == 0, result.output
+    again = json.loads(result.stdout)
+    assert again["steps"] == summary["steps"]
+    assert any(w.startswith("could not write") and "summary.json: Permission denied" in w for w in again["warnings"])

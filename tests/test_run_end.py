@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.test_profile import autoitt
 

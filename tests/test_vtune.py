@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from instrumenter.launch import EXIT_DIR_VARIABLE
-from instrumenter.options import ProfileOptions, VTuneOptions, parse_analyses, split_args
+from instrumenter.options import VTuneOptions, parse_analyses, split_args
 from instrumenter.profiling import prepare
+from instrumenter.project import load_project
 from instrumenter.vtune.collect import hints, result_dirs
 from instrumenter.vtune.commands import VTuneConfig, collect_command, report_command
 from instrumenter.vtune.csv_reports import (FunctionRow, ReportFormatError, error_lines, metric, parse_functions,
@@ -282,7 +283,7 @@ def test_functions_in_the_copy_are_shown_at_the_original_scripts_lines(tmp_path)
     script, folder = tmp_path / "train.py", tmp_path / "out"
     script.write_text(original)
     folder.mkdir()
-    instrumentation, _ = prepare(script, ProfileOptions(mode=Mode()), folder)
+    instrumentation, _ = prepare(load_project(script, Mode()), folder)
     copy_lines = [line.strip() for line in Path(instrumentation.entry.runs).read_text().splitlines()]
     to_original = source_mapper(instrumentation, [])
 

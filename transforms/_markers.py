@@ -141,7 +141,9 @@ class Markers:
         return found + ((WINDOW_MODULE, WINDOW_CLASS, None),) if windowed else found
 
     def header_comment(self, source_name: str) -> str:
-        return (f"{INSTRUMENTED_MARKER} copy of {source_name}; "
+        # One line of text in any encoding: a file name with a newline or undecodable bytes is escaped.
+        shown = source_name if source_name.isprintable() and source_name.isascii() else ascii(source_name)
+        return (f"{INSTRUMENTED_MARKER} copy of {shown}; "
                 f"the markers are the lines using {self.itt} and _autoitt_*")
 
     def window(self, skip_steps: int, steps: Optional[int], step_tasks: Tuple[str, ...]) -> str:

@@ -49,4 +49,8 @@ class Mode:
         return dict(self.labels)
 
     def domain_for(self, script_stem: str) -> str:
-        return self.domain if self.domain else f"autoitt.{script_stem}"
+        """The domain given, else ``autoitt.<stem>`` (a file name's undecodable bytes become U+FFFD:
+        ITT names are UTF-8)."""
+        if self.domain:
+            return self.domain
+        return "autoitt." + script_stem.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import target
 from ..backend import Backend, Finished, Job, Say
+from ..console import readable
 from ..instrumentation import Instrumentation
 from ..results import RunRecord
 from ..summary import Summary
@@ -42,26 +43,29 @@ class BuiltinBackend(Backend):
         return Finished(target.wait(process), time.perf_counter() - started)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
-        """Read the traces once; write trace.json, summary.json and steps.svg from them."""
-        from ..files import atomic_write
+        """Read the traces once; write trace.json, summary.json and steps.svg from them (where the folder
+        can be written: a read-only result folder is still summarized)."""
+        from ..results import save_outputs
         from . import chrome_trace
         from .plot import step_time_svg
         from .taskstats import intervals, summarize
-        from .tracefile import read_trace_dir
+        from .tracefile import TraceDir, read_trace_dir
 
         trace_dir = folder / TRACE_SUBDIR
-        traces = read_trace_dir(trace_dir) if trace_dir.is_dir() else []
+        found = read_trace_dir(trace_dir) if trace_dir.is_dir() else TraceDir([], [])
+        traces = found.traces
         items, unfinished = intervals(traces)
         summary = summarize(traces, items, unfinished, record.elapsed_s, instrumentation.step_labels,
                             instrumentation.domains, instrumentation.start_paused)
+        summary.warnings.extend(found.skipped)
         if not traces:
-            summary.warnings.append("the collector wrote no trace file: no process of the run loaded it "
-                                    "(was ittapi imported? did the script start?)")
-        script_name = Path(record.script).name
-        for name, text in (("trace.json", json.dumps(chrome_trace.build(traces, items, script_name))),
-                           ("summary.json", json.dumps(summary.to_json(), indent=2) + "\n"),
-                           ("steps.svg", step_time_svg(summary.steps, f"Step time, {script_name}"))):
-            atomic_write(folder / name, text.encode())
+            summary.warnings.append(_why_nothing(found))
+        script_name = readable(Path(record.script).name)
+        summary.warnings.extend(save_outputs(folder, {
+            "trace.json": json.dumps(chrome_trace.build(traces, items, script_name)),
+            "summary.json": json.dumps(summary.to_json(), indent=2) + "\n",
+            "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}"),
+        }))
         return summary
 
     def render(self, summary: Summary, console, *, script: str, result_dir: Path,
@@ -69,3 +73,11 @@ class BuiltinBackend(Backend):
         from .render import render
 
         render(summary, console, script=script, result_dir=result_dir, own_domain=instrumentation.domain)
+
+
+def _why_nothing(found) -> str:
+    """The likeliest reason a run left no trace to read."""
+    if found.skipped:
+        return "no trace file could be read (see above)"
+    return ("the collector wrote no trace file: no process of the run loaded it (was ittapi imported? did the "
+            "script start?)")

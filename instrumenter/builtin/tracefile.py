@@ -125,9 +125,11 @@ Damage
 ------
 
 A file cut short (the process was killed while writing, a copy was
-truncated) or damaged is read up to the damage: the complete records before
-it are kept, and :attr:`ProcessTrace.warnings` says where it stopped.  Only a
-file without a valid header raises :class:`TraceFormatError`.
+truncated, the disk filled up) or damaged is read up to the damage: the
+complete records before it are kept, and :attr:`ProcessTrace.warnings` says
+where it stopped.  Only a file without a valid header raises
+:class:`TraceFormatError`; :func:`read_trace_dir` skips such a file and names
+it in :attr:`TraceDir.skipped`.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-__all__ = ["Event", "ProcessTrace", "TraceFormatError", "read_trace_file", "read_trace_dir"]
+__all__ = ["Event", "ProcessTrace", "TraceDir", "TraceFormatError", "read_trace_file", "read_trace_dir"]
 
 FILE_MAGIC = b"AITTRACE"
 FORMAT_VERSION = 1
@@ -290,7 +292,23 @@ def read_trace_file(path: Path) -> ProcessTrace:
     return trace
 
 
-def read_trace_dir(directory: Path) -> List[ProcessTrace]:
-    """Reads every ``itt-*.bin`` in directory, sorted by pid."""
-    traces = [read_trace_file(path) for path in sorted(Path(directory).glob("itt-*.bin"))]
-    return sorted(traces, key=lambda trace: trace.pid)
+@dataclass
+class TraceDir:
+    """The traces of one run: every file that could be read (sorted by pid), and why the others could not."""
+
+    traces: List[ProcessTrace]
+    #: ``itt-12.bin: ...`` for each file skipped (empty, cut before its header's end, not an autoitt trace)
+    skipped: List[str]
+
+
+def read_trace_dir(directory: Path) -> TraceDir:
+    """Reads every ``itt-*.bin`` in ``directory``; one that is not a trace at all is skipped, and named."""
+    traces, skipped = [], []
+    for path in sorted(Path(directory).glob("itt-*.bin")):
+        try:
+            traces.append(read_trace_file(path))
+        except TraceFormatError as exc:
+            skipped.append(f"{path.name}: {str(exc).replace(str(path) + ': ', '')}; skipped")
+        except OSError as exc:
+            skipped.append(f"{path.name}: cannot read: {exc.strerror or exc}; skipped")
+    return TraceDir(sorted(traces, key=lambda trace: trace.pid), skipped)

@@ -375,13 +375,30 @@ static int ensure_file(void)
     return fd;
 }
 
+/* Records that could not be written (a full disk, a quota): said at exit, once. */
+static _Atomic uint64_t g_lost_records;
+static _Atomic int g_lost_errno;
+
 /* Writes records [s, e) of b as one chunk with one write(); flush_lock held. */
 static void write_chunk(int fd, tbuf *b, uint32_t s, uint32_t e)
 {
     /* the bytes before s are either the reserved header room or records already written */
     chunk_header h = {CHUNK_MAGIC, b->tid, e - s, b->seq++};
     memcpy(b->data + s - CHDR, &h, CHDR);
-    write_all(fd, b->data + s - CHDR, CHDR + (e - s));
+    if (write_all(fd, b->data + s - CHDR, CHDR + (e - s)) != 0) {
+        atomic_store(&g_lost_errno, errno);
+        atomic_fetch_add(&g_lost_records, (e - s) / REC); /* at most: name records are longer */
+    }
+}
+
+static void report_losses(void)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    uint64_t lost = atomic_load(&g_lost_records);
+    if (lost == 0 || atomic_flag_test_and_set(&said)) return;
+    fprintf(stderr, "autoitt collector: up to %llu records of process %u could not be written to %s/itt-%u.bin "
+            "(%s): its trace ends early\n", (unsigned long long)lost, g_pid, g_dir, g_pid,
+            strerror(atomic_load(&g_lost_errno)));
 }
 
 /* The owner empties its own buffer. */
@@ -649,7 +666,7 @@ static const struct { const char *name; void *func; } IMPLEMENTED[] = {
     {"__itt_thread_set_name", (void *)col_thread_set_name},
 };
 
-static void flush_at_python_exit(void) { flush_all(); }
+static void flush_at_python_exit(void) { flush_all(); report_losses(); }
 
 /* In a Python process, flush at the end of Py_FinalizeEx too: a run stopped by an unhandled
    KeyboardInterrupt finalizes Python, then kills itself with SIGINT, so neither atexit()
@@ -751,7 +768,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&g_mutex);
 }
 
-static void at_exit(void) { flush_all(); }
+static void at_exit(void) { flush_all(); report_losses(); }
 
 /* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
    threads buffered is written out first, best effort and with async-signal-safe calls only
@@ -819,4 +836,4 @@ __attribute__((constructor)) static void collector_load(void)
     catch_fatal_signals();
 }
 
-__attribute__((destructor)) static void collector_unload(void) { flush_all(); }
+__attribute__((destructor)) static void collector_unload(void) { flush_all(); report_losses(); }

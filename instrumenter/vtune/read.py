@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from ..files import atomic_write
 from ..instrumentation import Instrumentation, digest
-from ..results import RunRecord
+from ..results import RunRecord, save_outputs
 from ..summary import Summary
 from .collect import CSV_DIR, AnalysisRun, load, rank_of
 from .commands import REPORTS
@@ -77,7 +76,7 @@ def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -
                                 for a in analyses for name in a.run.result_dirs],
                            csv_dir=str(folder / CSV_DIR)),
     )
-    atomic_write(folder / "summary.json", (json.dumps(summary.to_json(), indent=2) + "\n").encode())
+    summary.warnings.extend(save_outputs(folder, {"summary.json": json.dumps(summary.to_json(), indent=2) + "\n"}))
     return summary
 
 
