@@ -1,6 +1,7 @@
 """autoitt's command line and everything around a rewrite: files, diffs, reports.
 
-Kept import-light: instrumented copies import :mod:`instrumenter.window`.
+Kept import-light: instrumented copies import :mod:`instrumenter.collection` (or
+:mod:`instrumenter.window`), and so this package.
 """
 
 __version__ = "0.1.0"

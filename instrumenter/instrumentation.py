@@ -20,7 +20,8 @@ Format (version 1), a JSON object::
         "outcome": "instrumented",         # or "nothing to instrument", "already instrumented"
         "domain": "autoitt.train",         # the ITT domain of its markers
         "step_labels": ["step"],           # task names of its step iterations
-        "window": false,                   # its copy imports instrumenter.window (--skip-steps/--steps)
+        "runtime": ["instrumenter.collection"],  # autoitt's modules its copy imports (instrumenter.window
+                                           # with --skip-steps/--steps)
         "sha256": "...",                   # of the original's bytes, to tell a script edited since
         "regions": [{"line": 101, ...}],   # as ``autoitt loops --json`` prints them
         "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]}}]}
@@ -61,7 +62,7 @@ class FileRecord:
     outcome: str
     domain: str
     step_labels: Tuple[str, ...]
-    window: bool
+    runtime: Tuple[str, ...]
     sha256: str
     regions: Tuple[dict, ...]
     line_map: LineMap
@@ -73,14 +74,14 @@ class FileRecord:
     def to_json(self) -> dict:
         return {"path": self.path, "relative": self.relative, "module": self.module, "runs": self.runs,
                 "outcome": self.outcome, "domain": self.domain, "step_labels": list(self.step_labels),
-                "window": self.window, "sha256": self.sha256, "regions": list(self.regions),
+                "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
                 "line_map": self.line_map.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
         return cls(path=data["path"], relative=data["relative"], module=data["module"], runs=data["runs"],
                    outcome=data["outcome"], domain=data["domain"], step_labels=tuple(data["step_labels"]),
-                   window=bool(data["window"]), sha256=data["sha256"], regions=tuple(data["regions"]),
+                   runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
                    line_map=LineMap.from_json(data["line_map"]))
 
 

@@ -145,6 +145,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
     result = item.result
     return FileRecord(path=str(item.path.resolve()), relative=item.relative, module=item.module,
                       runs=str(runs.resolve()) if runs is not None else None, outcome=result.outcome.value,
-                      domain=result.domain, step_labels=result.step_labels, window=result.plan.windowed,
+                      domain=result.domain, step_labels=result.step_labels,
+                      runtime=result.plan.runtime if result.outcome is Outcome.INSTRUMENTED else (),
                       sha256=digest(result.source.data), regions=tuple(r.to_json() for r in result.regions),
                       line_map=result.line_map)

@@ -24,7 +24,7 @@ class TaskStats:
     mean_s: float
     min_s: float
     max_s: float
-    share: float  # of collected time, by total
+    share: float  # total, of the summary's thread time
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class Summary:
     operators: List[TaskStats]
     unfinished: int
     warnings: List[str]
+    #: the time threads spent inside tasks, summed over threads (what a task's share is of)
+    thread_time_s: float = 0.0
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
 

@@ -11,8 +11,10 @@ VTune can record:
   the resume, so no task is begun while collection is paused;
 * after step ``skip_steps + steps`` ends, every task still open is ended, then
   collection pauses; their own ends later are no-ops;
-* ``pause()`` from the script pauses only if the window is still open.
+* ``pause()`` from the script ends a training region; when the last region
+  running in the process (any thread) ends, the window closes if it is open.
 
+Task names get one ITT string handle each, as in :mod:`instrumenter.collection`.
 This module is imported by instrumented copies: it must stay light (no click,
 no rich, no libcst).
 """
@@ -23,6 +25,8 @@ import atexit
 import sys
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from .collection import task_begin
 
 
 class _Task:
@@ -47,6 +51,8 @@ class _WindowState:
         self.steps_seen = 0
         self.collecting = False
         self.closed = False
+        #: training regions running now, in every thread
+        self.regions = 0
 
 
 #: One state per window, so an entry script and the modules it imports count steps together.
@@ -111,12 +117,15 @@ class CollectionWindow:
     # -- collection control -----------------------------------------------------------
 
     def resume(self) -> None:
-        """The script's region starts; the window, not the region, decides when to collect."""
+        """A training region starts; the window, not the region, decides when to collect."""
+        with self._s.lock:
+            self._s.regions += 1
 
     def pause(self) -> None:
-        """The script's outermost region ended: close the window if it is still open."""
+        """A training region ended: close the window if it is open and no other region is running."""
         with self._s.lock:
-            if self._s.collecting:
+            self._s.regions = max(self._s.regions - 1, 0)
+            if self._s.collecting and self._s.regions == 0:
                 self._close()
 
     # -- tasks ---------------------------------------------------------------------
@@ -164,7 +173,7 @@ class CollectionWindow:
 
     def _begin(self, task: _Task) -> None:
         if not task.begun:
-            self._s.itt.task_begin(task.domain, task.name)
+            task_begin(task.domain, task.name)
             task.begun = True
 
     def _close(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
 import ittapi.compat
+import ittapi.native
 
 
 @dataclass
@@ -25,14 +26,17 @@ class Recorder:
 
     def install(self, monkeypatch) -> "Recorder":
         real = {name: getattr(ittapi.compat, name) for name in
-                ("task_begin", "task_end", "resume", "pause", "pt_region_begin", "pt_region_end")}
+                ("task_end", "resume", "pause", "pt_region_begin", "pt_region_end")}
+        real["task_begin"] = ittapi.native.task_begin
 
-        def task_begin(domain, name):
+        def task_begin(domain, handle):
+            # A copy's runtime begins tasks with string handles it made once (instrumenter.collection).
+            name = str(handle)
             self.calls.append(("begin", name))
             if not self.collecting:
                 self.violations.append(f"task {name!r} begun while collection is paused")
             self._stack().append(name)
-            real["task_begin"](domain, name)
+            real["task_begin"](domain, handle)
 
         def task_end(domain):
             stack = self._stack()
@@ -68,7 +72,7 @@ class Recorder:
             self.calls.append(("pt_end", region))
             real["pt_region_end"](region)
 
-        monkeypatch.setattr(ittapi.compat, "task_begin", task_begin)
+        monkeypatch.setattr(ittapi.native, "task_begin", task_begin)
         monkeypatch.setattr(ittapi.compat, "task_end", task_end)
         monkeypatch.setattr(ittapi.compat, "resume", resume)
         monkeypatch.setattr(ittapi.compat, "pause", pause)

@@ -47,8 +47,7 @@ def test_the_lines_inserted_for_a_loop_show_as_the_loops_line():
     result = instrument_source(STEP_LOOP, "train.py", Mode(torch_ops=False))
     copy = result.output.decode().splitlines()
     inserted = [n for n in range(1, len(copy) + 1) if result.line_map.is_inserted(n)]
-    markers = [n for n in inserted if copy[n - 1].strip() not in ("", ) and "domain_create" not in copy[n - 1]
-               and "import" not in copy[n - 1] and not copy[n - 1].startswith("#")]
+    markers = [n for n in inserted if copy[n - 1].strip().startswith(("itt.", "try:", "finally:"))]
     assert markers and {result.line_map.original_line(n) for n in markers} == {3}
 
 
@@ -58,7 +57,7 @@ def test_header_lines_show_as_the_line_they_were_inserted_before():
     header = [n for n, text in enumerate(copy, start=1)
               if "import ittapi" in text or "domain_create" in text or "autoitt: instrumented" in text]
     assert [result.line_map.is_inserted(n) for n in header] == [True, True, True]
-    assert [result.line_map.original_line(n) for n in header] == [2, 2, 2]
+    assert [result.line_map.original_line(n) for n in header] == [2, 2, 2]  # after `import torch`
 
 
 def test_a_script_with_nothing_to_instrument_maps_every_line_to_itself():

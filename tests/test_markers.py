@@ -8,10 +8,11 @@ import libcst as cst
 import pytest
 
 from transforms import WINDOW_CLASS, WINDOW_MODULE
+from transforms._markers import RUNTIME_CLASS, RUNTIME_MODULE
 from transforms._markers import ITT_NAMES, Markers, MarkerMatcher, free_name
 
 MARKERS = Markers(itt="itt", domain="_autoitt_domain", torch="torch")
-MATCHER = MarkerMatcher("itt", "_autoitt_domain")
+MATCHER = MarkerMatcher("itt", "_autoitt_domain", (MARKERS.runtime,))
 
 
 def statement(code: str) -> cst.BaseStatement:
@@ -38,7 +39,9 @@ def test_the_emit_itt_context_is_recognised():
 
 @pytest.mark.parametrize("code", [
     "import ittapi.compat as itt", f"from {WINDOW_MODULE} import {WINDOW_CLASS}",
+    f"from {RUNTIME_MODULE} import {RUNTIME_CLASS}", MARKERS.collection(),
     MARKERS.window(1, 2, ("step",)), MARKERS.domain_create("autoitt.train"),
+    "from instrumenter.collection import Collection as _autoitt_Collection",
     MARKERS.pt_region_create("_autoitt_pt_0", "step"),
 ])
 def test_every_header_statement_built_is_recognised_as_one(code):
@@ -54,8 +57,9 @@ def test_the_users_code_is_not_a_marker(code):
     assert not (MATCHER.is_marker(line) and MATCHER.is_task_marker(line)) and not MATCHER.is_header(line)
 
 
-def test_the_window_runtime_the_vocabulary_names_exists():
-    assert hasattr(importlib.import_module(WINDOW_MODULE), WINDOW_CLASS)
+@pytest.mark.parametrize("module, name", [(RUNTIME_MODULE, RUNTIME_CLASS), (WINDOW_MODULE, WINDOW_CLASS)])
+def test_the_runtime_the_vocabulary_names_exists(module, name):
+    assert hasattr(importlib.import_module(module), name)
 
 
 def test_a_name_the_script_uses_is_never_chosen():
@@ -68,7 +72,7 @@ def test_the_launcher_preloads_the_window_runtime_the_vocabulary_names():
     import instrumenter.launch
     from instrumenter.launch import __main__ as launcher
 
-    assert launcher.WINDOW_MODULE == WINDOW_MODULE
+    assert launcher.RUNTIME_MODULES == (RUNTIME_MODULE, WINDOW_MODULE)
     # The launcher cannot import its package: the names of its command line are written twice.
     assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION) == (
         instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION)

@@ -32,7 +32,7 @@ def _copy(data: bytes, mode: Mode = Mode()) -> str:
 
 def test_torch_scripts_get_emit_itt_and_the_training_range():
     copy = _copy(TORCH_SCRIPT)
-    assert "with torch.autograd.profiler.emit_itt():" in copy
+    assert "with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):" in copy
     assert 'torch.profiler.itt.range_push("training")' in copy
     assert copy.count("torch.profiler.itt.range_pop()") == 1
 
@@ -55,7 +55,7 @@ def test_a_script_running_torch_profiler_gets_no_nested_emit_itt():
 def test_torch_imported_under_an_alias_is_used_by_that_name():
     script = TORCH_SCRIPT.replace(b"import torch\n", b"import torch as th\ntorch = None\n").replace(b"torch.", b"th.")
     copy = _copy(script)
-    assert "with th.autograd.profiler.emit_itt():" in copy
+    assert "with th.autograd.profiler.emit_itt(enabled=not th.autograd._profiler_enabled()):" in copy
 
 
 def test_tensorflow_scripts_get_no_torch_markers():

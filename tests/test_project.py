@@ -110,7 +110,7 @@ def test_modules_leave_collection_control_to_the_entry_script(project):
     loaded = load_project(project / "train.py", Mode())
     entry = loaded.entry.result.output.decode()
     module = next(f for f in loaded.modules if f.relative == "trainer.py").result.output.decode()
-    assert "itt.resume()" in entry and "emit_itt()" in entry
+    assert "itt.resume()" in entry and "emit_itt(enabled=" in entry
     assert "itt.resume()" not in module and "itt.pause()" not in module and "emit_itt" not in module
     assert 'itt.task_begin(_autoitt_domain, "step")' in module
 
@@ -158,6 +158,7 @@ def test_windows_of_several_files_count_steps_together(monkeypatch):
             return lambda *args: self.calls.append(name)
 
     itt = Recorder()
+    monkeypatch.setattr(window, "task_begin", lambda domain, name: itt.calls.append("task_begin"))
     entry = CollectionWindow(itt, skip_steps=1, steps=1, step_tasks=("step",))
     module = CollectionWindow(itt, skip_steps=1, steps=1, step_tasks=("train.step",))
     for collection, name in ((entry, "step"), (module, "train.step")):

@@ -255,27 +255,31 @@ def _regions(index: Index, found: List[_Found], overrides: Dict[int, str]) -> Li
 
 
 def _functions_run_inside(index: Index, sites: List[Site]) -> Set[int]:
-    """Functions that may run while a region is running (so they must not resume/pause)."""
+    """Functions that may run while a region of another function is running (so they must not resume/pause).
+
+    A function that a region of its own reaches (recursion) stays outside: its
+    regions nest in themselves, which the copy's counted collection control
+    and guarded emit_itt allow.
+    """
     inside: Set[int] = set()
     region_nodes = {id(site.node) for site in sites}
     for function in index.functions.values():
         if any(id(loop) in region_nodes for loop in function.defined_in_loops):
             inside.add(id(function.node))
-    frontier: List[Tuple[Function, int]] = []
     for site in sites:
         if site.call is not None or any(id(loop) in region_nodes for loop in site.loops):
             continue  # a call trains inside a library; a nested region's calls are its outer region's
-        for call in index.block_calls([site.node], enter_loops=True):
-            callee = index.resolve(call, site.function)
-            if callee is not None:
-                frontier.append((callee, CALL_DEPTH))
-    while frontier:
-        function, depth = frontier.pop()
-        if id(function.node) in inside or depth <= 0:
-            continue
-        inside.add(id(function.node))
-        for call in index.function_calls(function, enter_loops=True):
-            callee = index.resolve(call, function)
-            if callee is not None:
-                frontier.append((callee, depth - 1))
+        own = id(site.function.node) if site.function is not None else None
+        reached: Set[int] = set()
+        frontier: List[Tuple[Function, int]] = [
+            (callee, CALL_DEPTH) for call in index.block_calls([site.node], enter_loops=True)
+            for callee in [index.resolve(call, site.function)] if callee is not None]
+        while frontier:
+            function, depth = frontier.pop()
+            if id(function.node) in reached or depth <= 0:
+                continue
+            reached.add(id(function.node))
+            frontier.extend((callee, depth - 1) for call in index.function_calls(function, enter_loops=True)
+                            for callee in [index.resolve(call, function)] if callee is not None)
+        inside |= reached - {own}
     return inside

@@ -8,10 +8,10 @@ below tell detection that a script is instrumented already. A copy looks
 like this, and like nothing else::
 
     import ittapi.compat as itt                       # ITT_MODULE, under a free name
-    [from instrumenter.window import CollectionWindow]  # WINDOW_MODULE, windowed copies only
-
+    from instrumenter.collection import Collection as _autoitt_Collection  # RUNTIME_MODULE (windowed:
+                                                      # WINDOW_MODULE's CollectionWindow)
     # autoitt: instrumented copy of train.py; ...     # INSTRUMENTED_MARKER
-    [itt = CollectionWindow(itt, skip_steps=N, steps=M, step_tasks=("step",))]
+    itt = _autoitt_Collection(itt)                    # (itt = _autoitt_CollectionWindow(itt, skip_steps=N, ...))
     _autoitt_domain = itt.domain_create("autoitt.train")
     [_autoitt_pt_0 = itt.pt_region_create("step")]
     ...
@@ -19,7 +19,7 @@ like this, and like nothing else::
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             <the user's statement>
     finally:
         torch.profiler.itt.range_pop()
@@ -50,10 +50,16 @@ DOMAIN_VAR = "_autoitt_domain"
 PT_REGION_VAR = "_autoitt_pt_{}"
 #: Text autoitt puts in every copy it writes; its presence means "already instrumented".
 INSTRUMENTED_MARKER = "# autoitt: instrumented"
-#: The runtime a windowed copy (``--skip-steps``/``--steps``) imports: a module of
-#: autoitt's own package, so such a copy needs autoitt installed where it runs.
+#: The runtime a copy binds ``itt`` to (counted collection control, string handles made
+#: once), and the one a windowed copy (``--skip-steps``/``--steps``) uses instead: modules
+#: of autoitt's own package, so a copy needs autoitt installed where it runs.
+RUNTIME_MODULE = "instrumenter.collection"
+RUNTIME_CLASS = "Collection"
 WINDOW_MODULE = "instrumenter.window"
 WINDOW_CLASS = "CollectionWindow"
+#: The name the copy binds the runtime class to (numbered when the script uses it): never a
+#: name of the script's, such as ``Collection`` from ``typing``.
+RUNTIME_ALIASES = {RUNTIME_CLASS: "_autoitt_Collection", WINDOW_CLASS: "_autoitt_CollectionWindow"}
 
 #: The ITT bindings a hand-instrumented script imports (intel/ittapi, NERSC itt-python), and the
 #: calls that mark it as instrumented by hand (see ``transforms._detect``).
@@ -99,6 +105,8 @@ class Markers:
     itt: str = ITT_NAMES[0]
     domain: str = DOMAIN_VAR
     torch: Optional[str] = None
+    #: the copy's name for its runtime class (see :data:`RUNTIME_ALIASES`)
+    runtime: str = RUNTIME_ALIASES[RUNTIME_CLASS]
 
     def _call(self, function: str, *args: str) -> str:
         return f"{self.itt}.{function}({', '.join(args)})"
@@ -130,15 +138,17 @@ class Markers:
         return f"{self.torch}.{'.'.join(TORCH_RANGE)}.{TORCH_RANGE_CALLS[1]}()"
 
     def emit_itt(self) -> str:
-        """The context expression PyTorch training runs inside."""
-        return f"{self.torch}.{'.'.join(EMIT_ITT)}()"
+        """The context expression PyTorch training runs inside: not entered again where PyTorch's
+        profiler already runs on the thread (a region re-entered by a generator or a coroutine, the
+        script's own profiler), which would raise."""
+        return f"{self.torch}.{'.'.join(EMIT_ITT)}(enabled=not {self.torch}.autograd._profiler_enabled())"
 
     # -- the header ------------------------------------------------------------------------------
 
     def imports(self, windowed: bool) -> Tuple[Tuple[str, Optional[str], Optional[str]], ...]:
-        """(module, name-or-None, asname-or-None) of each import, for libcst's AddImportsVisitor."""
-        found: Tuple[Tuple[str, Optional[str], Optional[str]], ...] = ((ITT_MODULE, None, self.itt),)
-        return found + ((WINDOW_MODULE, WINDOW_CLASS, None),) if windowed else found
+        """(module, name-or-None, asname-or-None) of each import: ittapi, then the runtime."""
+        module, name = (WINDOW_MODULE, WINDOW_CLASS) if windowed else (RUNTIME_MODULE, RUNTIME_CLASS)
+        return (ITT_MODULE, None, self.itt), (module, name, self.runtime)
 
     def header_comment(self, source_name: str) -> str:
         # One line of text in any encoding: a file name with a newline or undecodable bytes is escaped.
@@ -146,9 +156,13 @@ class Markers:
         return (f"{INSTRUMENTED_MARKER} copy of {shown}; "
                 f"the markers are the lines using {self.itt} and _autoitt_*")
 
+    def collection(self) -> str:
+        return f"{self.itt} = {self.runtime}({self.itt})"
+
     def window(self, skip_steps: int, steps: Optional[int], step_tasks: Tuple[str, ...]) -> str:
         tasks = ", ".join(quote(s) for s in step_tasks) + ("," if len(step_tasks) == 1 else "")
-        return f"{self.itt} = {WINDOW_CLASS}({self.itt}, skip_steps={skip_steps}, steps={steps}, step_tasks=({tasks}))"
+        return (f"{self.itt} = {self.runtime}({self.itt}, skip_steps={skip_steps}, steps={steps}, "
+                f"step_tasks=({tasks}))")
 
     def domain_create(self, name: str) -> str:
         return f"{self.domain} = {self._call(HEADER_CALLS[0], quote(name))}"
@@ -210,12 +224,14 @@ class MarkerMatcher:
     (libcst's matchers module costs more to import than the whole rewrite).
     """
 
-    def __init__(self, itt: str, domain: str) -> None:
+    def __init__(self, itt: str, domain: str, runtime: Tuple[str, ...] = ()) -> None:
         import libcst as cst
 
         self._cst = cst
         self.itt = itt
         self.domain = domain
+        #: the names the copy's header binds runtime classes to (earlier copies: the class's own)
+        self.runtime = frozenset(runtime) | {RUNTIME_CLASS, WINDOW_CLASS}
 
     @classmethod
     def for_copy(cls, module: "cst.Module") -> Optional["MarkerMatcher"]:
@@ -230,7 +246,7 @@ class MarkerMatcher:
             if target is not None and call is not None and dotted(call.func) == f"{itt}.{HEADER_CALLS[0]}":
                 domain = target
                 break
-        return cls(itt, domain)
+        return cls(itt, domain, tuple(_runtime_names(module)))
 
     def _call(self, statement: "cst.CSTNode") -> Optional["cst.Call"]:
         expr = _single(statement, self._cst.Expr)
@@ -255,12 +271,16 @@ class MarkerMatcher:
                 and call.args[0].value.value == self.domain)
 
     def is_emit_itt(self, statement: "cst.CSTNode") -> bool:
-        """``with <torch>.autograd.profiler.emit_itt():``, the only item, bound to nothing."""
+        """``with <torch>.autograd.profiler.emit_itt(enabled=...):`` (or with no argument, as earlier
+        copies have it), the only item, bound to nothing."""
         cst = self._cst
         if not isinstance(statement, cst.With) or len(statement.items) != 1:
             return False
         item = statement.items[0]
-        if item.asname is not None or not isinstance(item.item, cst.Call) or item.item.args:
+        if item.asname is not None or not isinstance(item.item, cst.Call):
+            return False
+        args = item.item.args
+        if args and not (len(args) == 1 and args[0].keyword is not None and args[0].keyword.value == "enabled"):
             return False
         chain = _receiver_and_path(item.item.func, 4)
         return chain is not None and chain[1] == EMIT_ITT
@@ -284,14 +304,32 @@ class MarkerMatcher:
         cst = self._cst
         small = _single(statement, cst.ImportFrom)
         if small is not None:
-            return (small.module is not None and dotted(small.module) == WINDOW_MODULE
-                    and not isinstance(small.names, cst.ImportStar)
-                    and [dotted(a.name) for a in small.names] == [WINDOW_CLASS])
+            module = dotted(small.module) if small.module is not None else None
+            return (not isinstance(small.names, cst.ImportStar)
+                    and (module, [dotted(a.name) for a in small.names]) in _RUNTIME_IMPORTS)
         call = _assigned_call(statement)
         if _assigned_name(statement) is None or call is None:
             return False
         name = dotted(call.func)
-        return name == WINDOW_CLASS or name in (f"{self.itt}.{c}" for c in HEADER_CALLS)
+        return name in self.runtime or name in (f"{self.itt}.{c}" for c in HEADER_CALLS)
+
+
+_RUNTIME_IMPORTS = ((RUNTIME_MODULE, [RUNTIME_CLASS]), (WINDOW_MODULE, [WINDOW_CLASS]))
+
+
+def _runtime_names(module: "cst.Module"):
+    """The names a copy's ``from <runtime module> import <class> [as <name>]`` statements bind."""
+    import libcst as cst
+
+    for statement in module.body:
+        small = _single(statement, cst.ImportFrom)
+        if small is None or small.module is None or isinstance(small.names, cst.ImportStar):
+            continue
+        for alias in small.names:
+            if (dotted(small.module), [dotted(alias.name)]) in _RUNTIME_IMPORTS:
+                asname = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(asname, cst.Name):
+                    yield asname.value
 
 
 def _assigned_name(statement: "cst.CSTNode") -> Optional[str]:

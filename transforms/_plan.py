@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
 from ._detect import Detection, Note, Region
-from ._markers import DOMAIN_VAR, ITT_NAMES, PT_REGION_VAR, WINDOW_MODULE, Markers, free_name
+from ._markers import (DOMAIN_VAR, ITT_NAMES, PT_REGION_VAR, RUNTIME_ALIASES, RUNTIME_CLASS, WINDOW_CLASS, Markers,
+                       free_name)
 from ._mode import MAX_PT_REGIONS, Mode
 
 
@@ -72,9 +73,9 @@ class Plan:
         return not self.edits
 
     @property
-    def windowed(self) -> bool:
-        """The copy imports the collection-window runtime (``--skip-steps``/``--steps``)."""
-        return any(module == WINDOW_MODULE for module, _, _ in self.imports)
+    def runtime(self) -> Tuple[str, ...]:
+        """The modules of autoitt's own the copy imports (its ``itt`` runtime)."""
+        return tuple(module for module, name, _ in self.imports if name is not None)
 
     @property
     def step_labels(self) -> Tuple[str, ...]:
@@ -105,8 +106,10 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
             notes.append(Note(None, "torch is not imported as a module at top level (e.g. 'import torch'): emit_itt() left out"))
         else:
             torch_ref = "torch" if "torch" in detection.torch_names else detection.torch_names[0]
+    runtime = RUNTIME_ALIASES[WINDOW_CLASS if mode.windowed else RUNTIME_CLASS]
     markers = Markers(itt=free_name(ITT_NAMES, detection.names_in_use),
-                      domain=free_name((DOMAIN_VAR,), detection.names_in_use), torch=torch_ref)
+                      domain=free_name((DOMAIN_VAR,), detection.names_in_use), torch=torch_ref,
+                      runtime=free_name((runtime,), detection.names_in_use))
 
     pt_vars = {}
     if mode.pt_regions:
@@ -126,6 +129,8 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
         header.append(markers.window(mode.skip_steps, mode.steps, steps))
         if not steps:
             notes.append(Note(None, "no step loop found: the collection window (--skip-steps/--steps) never opens"))
+    else:
+        header.append(markers.collection())
     header.append(markers.domain_create(domain))
     header.extend(markers.pt_region_create(var, label) for label, var in pt_vars.items())
     return Plan(source_name, domain, regions, tuple(edits), markers, markers.imports(mode.windowed), tuple(header),

@@ -36,7 +36,7 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         rows.sort(key=lambda t: -t.total_s if domain != TORCH_DOMAIN else -t.self_s)
         title = f"Top tasks, domain {domain}" + (f" (top {_TOP} of {len(rows)} by self time)"
                                                 if domain == TORCH_DOMAIN and len(rows) > _TOP else "")
-        rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "share"))
+        rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "% thread time"))
         for task in rows[:_TOP] if domain == TORCH_DOMAIN else rows:
             rows_table.add_row(task.name, str(task.count), duration(task.total_s), duration(task.self_s),
                                duration(task.mean_s), duration(task.min_s), duration(task.max_s), f"{task.share:.1%}")
@@ -51,7 +51,8 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         )
 
     if summary.operators:
-        rows_table = table("Top PyTorch operators by self time", ("operator", "count", "self", "total", "share"))
+        rows_table = table("Top PyTorch operators by self time", ("operator", "count", "self", "total",
+                                                                  "% thread time"))
         for op in summary.operators:
             rows_table.add_row(op.name, str(op.count), duration(op.self_s), duration(op.total_s), f"{op.share:.1%}")
         console.print(rows_table)

@@ -92,7 +92,16 @@ def collected_ns(traces: Iterable, start_paused: bool = True) -> int:
     return total
 
 
-def task_stats(items: Sequence[Interval], collected: int) -> List[TaskStats]:
+def thread_time_ns(items: Iterable[Interval]) -> int:
+    """The time threads spent inside tasks, summed over threads: what every share is of.
+
+    A task's time lies within an outermost task of its own thread, so no share
+    exceeds 100 %, however many threads run tasks at once.
+    """
+    return sum(item.duration for item in items if item.depth == 0)
+
+
+def task_stats(items: Sequence[Interval], thread_time: int) -> List[TaskStats]:
     groups: Dict[Tuple[str, str], List[Interval]] = {}
     for item in items:
         groups.setdefault((item.domain, item.name), []).append(item)
@@ -104,7 +113,7 @@ def task_stats(items: Sequence[Interval], collected: int) -> List[TaskStats]:
             domain=domain, name=name, count=len(group), total_s=total / 1e9,
             self_s=sum(i.self_ns for i in group) / 1e9, mean_s=total / len(group) / 1e9,
             min_s=min(durations) / 1e9, max_s=max(durations) / 1e9,
-            share=(total / collected) if collected else 0.0,
+            share=(total / thread_time) if thread_time else 0.0,
         ))
     stats.sort(key=lambda s: (s.domain, -s.total_s))
     return stats
@@ -136,7 +145,8 @@ def summarize(traces: Sequence, items: Sequence[Interval], unfinished: int, elap
               top: int = 15) -> Summary:
     """The summary of a run from its traces and their :func:`intervals` (``items``, ``unfinished``)."""
     collected = collected_ns(traces, start_paused)
-    stats = task_stats(items, collected)
+    thread_time = thread_time_ns(items)
+    stats = task_stats(items, thread_time)
     operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(("aten::", "autograd::"))),
                        key=lambda s: -s.self_s)[:top]
     warnings = [w for trace in traces for w in trace.warnings]
@@ -145,6 +155,7 @@ def summarize(traces: Sequence, items: Sequence[Interval], unfinished: int, elap
     return Summary(
         elapsed_s=elapsed_s,
         collected_s=collected / 1e9,
+        thread_time_s=thread_time / 1e9,
         processes=len(traces),
         threads=len({(t.pid, e.tid) for t in traces for e in t.events}),
         events=sum(len(t.events) for t in traces),

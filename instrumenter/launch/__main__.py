@@ -28,8 +28,9 @@ With ``--instrumentation FILE`` (``instrumentation.json``, documented in
   the original: the module keeps its name, ``__file__`` and package, only its
   code is the copy's. No bytecode is cached for these modules, so a later
   plain run cannot pick up markers;
-* a windowed copy's ``from instrumenter.window import CollectionWindow`` gets
-  autoitt's window, even where the user's own ``instrumenter`` would shadow it.
+* a copy's ``from instrumenter.collection import Collection`` (or, windowed,
+  ``from instrumenter.window import CollectionWindow``) gets autoitt's
+  runtime, even where the user's own ``instrumenter`` would shadow it.
 
 When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes the exit code to
 ``$AUTOITT_EXIT_DIR/<pid>``: a profiler that runs the script (VTune) returns
@@ -53,7 +54,8 @@ import types
 
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
 INSTRUMENTATION_OPTION = "--instrumentation"
-WINDOW_MODULE = "instrumenter.window"
+#: The runtime modules copies import, in the order they import each other (window uses collection).
+RUNTIME_MODULES = ("instrumenter.collection", "instrumenter.window")
 
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -134,9 +136,12 @@ class _Instrumentation:
         """original -> copy, for the local modules that run from copies."""
         return {path: f["runs"] for path, f in list(self.files.items())[1:] if f["runs"] is not None}
 
-    @property
-    def windowed(self) -> bool:
-        return any(f["window"] for f in self.files.values())
+    def runtime(self) -> list:
+        """autoitt's modules the copies import, each once, in the order they import each other."""
+        wanted = {module for f in self.files.values() for module in f["runtime"]}
+        if RUNTIME_MODULES[1] in wanted:
+            wanted.add(RUNTIME_MODULES[0])  # the window's task_begin is the collection's
+        return [module for module in RUNTIME_MODULES if module in wanted]
 
 
 class _CopyLoader:
@@ -178,14 +183,16 @@ class _CopyFinder:
         pass
 
 
-def _load_window() -> None:
-    """autoitt's window runtime as ``instrumenter.window``, without importing (or shadowing) a package
-    ``instrumenter``: the copy imports it by that full name, which the import system finds here first."""
-    path = os.path.join(os.path.dirname(_HERE), "window.py")
-    module = types.ModuleType(WINDOW_MODULE)
+def _load_runtime(name: str) -> None:
+    """One of autoitt's runtime modules under its own name, from autoitt's own folder, without importing
+    (or shadowing) a package ``instrumenter``: the copy imports it by that full name, which the import
+    system finds in ``sys.modules`` first."""
+    path = os.path.join(os.path.dirname(_HERE), name.rpartition(".")[2] + ".py")
+    module = types.ModuleType(name)
     module.__file__ = path
-    module.__spec__ = importlib.machinery.ModuleSpec(WINDOW_MODULE, None, origin=path)
-    sys.modules[WINDOW_MODULE] = module
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=path)
+    module.__package__ = name.rpartition(".")[0]
+    sys.modules[name] = module
     with open(path, "rb") as handle:
         exec(compile(handle.read(), path, "exec", dont_inherit=True), module.__dict__)
 
@@ -271,8 +278,8 @@ def main(argv: list) -> None:
         _hide_launcher_frames()
         if instrumentation.copies():
             sys.meta_path.insert(0, _CopyFinder(instrumentation))
-        if instrumentation.windowed:
-            _load_window()
+        for module in instrumentation.runtime():
+            _load_runtime(module)
     if not exit_dir:
         run(argv[0], argv[1], argv[2:], instrumentation)
         return

@@ -10,8 +10,10 @@
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of control_flow.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.control_flow")
 
 SEED = 0
@@ -45,7 +47,7 @@ def train(model, batches, optimizer, criterion):
     itt.task_begin(_autoitt_domain, "train.step_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             for i, (x, y) in enumerate(batches):
                 itt.task_begin(_autoitt_domain, "train.step")
                 try:
@@ -77,7 +79,7 @@ def train_until_converged(model, batches, optimizer, criterion):
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             while True:
                 itt.task_begin(_autoitt_domain, "epoch")
                 try:

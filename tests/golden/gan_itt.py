@@ -3,8 +3,10 @@
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of gan.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.gan")
 
 SEED = 0
@@ -69,7 +71,7 @@ def main():
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             for epoch in range(EPOCHS):
                 itt.task_begin(_autoitt_domain, "epoch")
                 try:
@@ -113,7 +115,7 @@ def main():
         itt.task_begin(_autoitt_domain, "eval_loop")
         torch.profiler.itt.range_push("evaluation")
         try:
-            with torch.autograd.profiler.emit_itt():
+            with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
                 for i in range(NUM_SAMPLES_TO_SHOW):
                     itt.task_begin(_autoitt_domain, "eval")
                     try:

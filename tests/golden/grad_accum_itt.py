@@ -7,8 +7,10 @@ optimizer update; the learning rate is decayed once per epoch by ``StepLR``.
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of grad_accum.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.grad_accum")
 
 SEED = 0
@@ -49,7 +51,7 @@ def main():
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             for epoch in range(EPOCHS):
                 itt.task_begin(_autoitt_domain, "epoch")
                 try:

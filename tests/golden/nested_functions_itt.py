@@ -7,8 +7,10 @@ step loop and ``evaluate`` runs an inference-mode evaluation loop.
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of nested_functions.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.nested_functions")
 
 SEED = 0
@@ -75,7 +77,7 @@ if __name__ == "__main__":
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             for epoch in range(2):
                 itt.task_begin(_autoitt_domain, "epoch")
                 try:

@@ -12,8 +12,10 @@ Usage:
 import numpy as np
 import tensorflow.compat.v1 as tf
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of tf1_session.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.tf1_session")
 
 tf.disable_v2_behavior()

@@ -13,8 +13,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of torch_train.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.torch_train")
 
 # ----------------------------------------------------------------------------
@@ -103,7 +105,7 @@ def main():
     itt.task_begin(_autoitt_domain, "epoch_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             for epoch in range(EPOCHS):
                 itt.task_begin(_autoitt_domain, "epoch")
                 try:

@@ -4,8 +4,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of trainer_class.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.trainer_class")
 
 SEED = 0
@@ -52,7 +54,7 @@ class Trainer:
         itt.task_begin(_autoitt_domain, "epoch_loop")
         torch.profiler.itt.range_push("training")
         try:
-            with torch.autograd.profiler.emit_itt():
+            with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
                 for epoch in range(epochs):
                     itt.task_begin(_autoitt_domain, "epoch")
                     try:

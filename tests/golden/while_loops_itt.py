@@ -9,8 +9,10 @@ Two training phases are run on the same synthetic regression data:
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
+from instrumenter.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of while_loops.py; the markers are the lines using itt and _autoitt_*
+itt = _autoitt_Collection(itt)
 _autoitt_domain = itt.domain_create("autoitt.while_loops")
 
 SEED = 0
@@ -45,7 +47,7 @@ def main():
     itt.task_begin(_autoitt_domain, "step@40_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             while step < MAX_STEPS:
                 itt.task_begin(_autoitt_domain, "step@40")
                 try:
@@ -69,7 +71,7 @@ def main():
     itt.task_begin(_autoitt_domain, "step@51_loop")
     torch.profiler.itt.range_push("training")
     try:
-        with torch.autograd.profiler.emit_itt():
+        with torch.autograd.profiler.emit_itt(enabled=not torch.autograd._profiler_enabled()):
             while True:
                 itt.task_begin(_autoitt_domain, "step@51")
                 try:
