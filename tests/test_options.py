@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from instrumenter.cli import cli
 from tests.conftest import SAMPLES
-from transforms import MAX_PT_REGIONS, Mode, instrument_source
+from transforms import MAX_PT_REGIONS, Mode, Outcome, instrument_source, strip_markers
 
 TORCH_SCRIPT = textwrap.dedent(
     """
@@ -129,3 +129,23 @@ def test_instrument_never_imports_torch_or_tensorflow(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+DEEP = b"".join(b"    " * depth + f"for i{depth} in range(2):\n".encode() for depth in range(7)) + b"    " * 7 + b"loss.backward()\n"
+
+
+def test_code_nested_too_deep_for_python_loses_intermediate_markers_not_the_step():
+    result = instrument_source(DEEP, "deep.py")
+    compile(result.output, "deep_itt.py", "exec")
+    roles = [(region.line, region.role) for region in result.regions]
+    assert (1, "epoch") in roles and (7, "step") in roles and (6, "epoch") not in roles
+    assert any(note.line == 6 and "nest deeper than Python allows" in note.message for note in result.plan.notes)
+    assert strip_markers(result.output, "deep_itt.py") == DEEP
+
+
+def test_code_too_deep_even_for_one_region_is_left_as_it_is():
+    deepest = b"".join(b" " * depth + f"for i{depth} in range(2):\n".encode() for depth in range(19)) + \
+        b" " * 19 + b"loss.backward()\n"
+    result = instrument_source(deepest, "deepest.py")
+    assert result.outcome is Outcome.NOTHING_TO_DO and result.output is None
+    assert any("nest deeper than Python allows" in note.message for note in result.plan.notes)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Tuple
 
-from ._detect import Detection, Region, detect
+from ._detect import Detection, Note, Region, detect
 from ._errors import RewriteError
 from ._linemap import LineMap, count_lines
 from ._mode import Mode
@@ -75,19 +76,60 @@ def instrument(source: Source, mode: Mode = Mode(), *, stem: Optional[str] = Non
     name = source.name
     detection = detect(source, mode.label_overrides if entry else None)
     script_stem = stem or name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem, controls_collection)
-    if detection.already_instrumented or plan.empty:
-        outcome = Outcome.ALREADY_INSTRUMENTED if detection.already_instrumented else Outcome.NOTHING_TO_DO
-        return Result(source, detection, plan, outcome, None, LineMap.identity(count_lines(source.text)))
-    from ._rewrite import rewrite_module  # libcst is only imported when there is something to insert
+    while True:
+        plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem, controls_collection)
+        if detection.already_instrumented or plan.empty:
+            outcome = Outcome.ALREADY_INSTRUMENTED if detection.already_instrumented else Outcome.NOTHING_TO_DO
+            return Result(source, detection, plan, outcome, None, LineMap.identity(count_lines(source.text)))
+        from ._rewrite import rewrite_module  # libcst is only imported when there is something to insert
 
-    rewritten = rewrite_module(source.data, plan)
+        rewritten = rewrite_module(source.data, plan)
+        too_deep = _compile(rewritten, name)
+        if too_deep is None:
+            break
+        detection = _unmark_for_depth(detection, rewritten.line_map().original_line(too_deep))
     _check_safety(rewritten, source.data, name, plan)
     return Result(source, detection, plan, Outcome.INSTRUMENTED, rewritten.output, rewritten.line_map())
 
 
+#: CPython's limit of statically nested blocks (loops, try, with) in one function.
+_TOO_DEEP = "too many statically nested blocks"
+
+
+def _compile(rewritten, name: str) -> Optional[int]:
+    """Compile the copy; the line of the copy where it nests too deeply for Python, if it does.
+
+    Any other compile error is autoitt's bug: :class:`RewriteError`.
+    """
+    try:
+        compile(rewritten.output, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        if exc.msg == _TOO_DEEP and exc.lineno:
+            return exc.lineno
+        raise RewriteError(f"{name}: the instrumented copy does not compile: {exc.msg} "
+                           f"(line {exc.lineno} of the copy)") from None
+    return None
+
+
+def _unmark_for_depth(detection: Detection, line: int) -> Detection:
+    """``detection`` less one region around ``line``, so the copy nests less deeply.
+
+    The markers of a region wrap it in ``try`` blocks (and ``with emit_itt``):
+    where that exceeds Python's limit, an intermediate region (neither the
+    outermost, which controls collection, nor a step loop) is left unmarked,
+    the innermost first; when none is left, every region of the file is.
+    """
+    around = [r for r in detection.regions if r.line <= line <= r.end_line]
+    spare = [r for r in around if not r.outermost and r.role != "step"]
+    dropped = [max(spare, key=lambda r: r.line)] if spare else list(detection.regions)
+    notes = [Note(r.line, f"{r.role} {'call' if r.kind == 'call' else 'loop'} left unmarked: with its markers the "
+                          "code here would nest deeper than Python allows (20 blocks)") for r in dropped]
+    return dataclasses.replace(detection, regions=tuple(r for r in detection.regions if r not in dropped),
+                               notes=tuple(sorted((*detection.notes, *notes), key=lambda n: n.line or 0)))
+
+
 def _check_safety(rewritten, original: bytes, name: str, plan: Plan) -> None:
-    """The copy compiles, and removing exactly the markers gives back the original byte for byte.
+    """Removing exactly the markers gives back the original byte for byte (the copy compiles: checked before).
 
     Like black's ``--safe``; there is no way to turn it off. A failure writes
     nothing and names the loop concerned (or, when libcst's own round trip of
@@ -95,11 +137,6 @@ def _check_safety(rewritten, original: bytes, name: str, plan: Plan) -> None:
     """
     from ._strip import strip_module
 
-    try:
-        compile(rewritten.output, name, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise RewriteError(f"{name}: the instrumented copy does not compile: {exc.msg} "
-                           f"(line {exc.lineno} of the copy)") from None
     stripped = strip_module(rewritten.instrumented, rewritten.untouched).bytes
     if stripped == original:
         return
