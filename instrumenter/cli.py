@@ -242,7 +242,7 @@ def _parse_shell_words(ctx: click.Context, param: click.Parameter, values: Tuple
 
 #: The VTune backend's options: (parameter name, flag), to name those given with the built-in backend.
 _VTUNE_FLAGS = (("analysis", "--analysis"), ("vtune_args", "--vtune-arg"), ("sampling_mode", "--sampling-mode"),
-                ("data_limit", "--data-limit"), ("launcher", "--launcher"))
+                ("data_limit", "--data-limit"))
 
 
 def _vtune_options(command):
@@ -261,8 +261,9 @@ def _vtune_options(command):
                           "(--vtune-arg '-knob sampling-interval=5'); repeatable."),
         click.option("--launcher", metavar="CMD", callback=lambda ctx, param, value: _parse_shell_words(
                          ctx, param, () if value is None else (value,)),
-                     help='Run VTune inside this launcher, e.g. "mpirun -n 4" (one vtune per rank; every '
-                          "per-rank result folder is read back)."),
+                     help='Run the script through this launcher, one process per rank: "mpirun -n 4", '
+                          '"srun", "torchrun --nproc_per_node 2". With VTune, one vtune per rank (every per-rank '
+                          "result folder is read back)."),
     ]):
         command = option(command)
     return command
@@ -314,9 +315,9 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     context = click.get_current_context()
     options = ProfileOptions(
         mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels), backend=backend,
-        result_dir=result_dir, json_output=as_json,
+        result_dir=result_dir, json_output=as_json, launcher=launcher,
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
-                           extra_args=vtune_args, launcher=launcher),
+                           extra_args=vtune_args),
         vtune_flags_given=tuple(flag for name, flag in _VTUNE_FLAGS
                                 if context.get_parameter_source(name) is ParameterSource.COMMANDLINE))
     tally = Tally(quiet=as_json)

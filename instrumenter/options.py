@@ -38,6 +38,21 @@ def parse_analyses(text: str) -> Tuple[str, ...]:
     return tuple(name for name in ANALYSES if name in names)
 
 
+def under_launcher(launcher: Sequence[str], command: Sequence[str]) -> Tuple[str, ...]:
+    """``command`` (``python SCRIPT ARGS``) run by ``launcher``, one process per rank.
+
+    ``mpirun``, ``srun`` and the like start any program: ``mpirun -n 2 python
+    ...``. torchrun (``python -m torch.distributed.run``) starts a Python
+    script with its own interpreter: the interpreter is left out.
+    """
+    if not launcher:
+        return tuple(command)
+    torchrun = Path(launcher[0]).name == "torchrun" or any(
+        launcher[i] == "-m" and launcher[i + 1] in ("torch.distributed.run", "torch.distributed.launch")
+        for i in range(len(launcher) - 1))
+    return (*launcher, *(command[1:] if torchrun else command))
+
+
 def split_args(values: Sequence[str]) -> Tuple[str, ...]:
     """Each value is split as a shell would (``"-knob sampling-interval=5"`` is two arguments)."""
     return tuple(arg for value in values for arg in shlex.split(value))
@@ -51,8 +66,6 @@ class VTuneOptions:
     sampling_mode: str = "sw"
     data_limit_mb: int = DEFAULT_DATA_LIMIT_MB
     extra_args: Tuple[str, ...] = ()
-    #: A launcher VTune runs inside, e.g. ``("mpirun", "-n", "4")``: one vtune per rank.
-    launcher: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class ProfileOptions:
     mode: "Mode"
     backend: str = "auto"
     result_dir: Optional[Path] = None
+    #: A launcher the run goes through, e.g. ``("mpirun", "-n", "4")``: one process (one vtune) per rank.
+    launcher: Tuple[str, ...] = ()
     json_output: bool = False
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
     vtune_flags_given: Tuple[str, ...] = ()

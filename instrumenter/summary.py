@@ -11,7 +11,7 @@ same kind of figure as wall time. ``summary.json`` and ``--json`` are
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,29 @@ class StepStats:
     durations_s: Tuple[float, ...] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class RankStats:
+    """One rank of a multi-process run: its processes (the rank's own and its workers), its steps."""
+
+    rank: int
+    pids: List[int]
+    steps: List[StepStats]
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """For one step label: per step (the ith of every rank), the spread between the fastest and slowest rank."""
+
+    label: str
+    ranks: List[int]
+    steps: int  # steps compared: as many as the rank with the fewest ran
+    spread_mean_s: float
+    spread_max_s: float
+    slowest_rank: int  # the rank slowest most often
+    slowest_count: int
+    slowest_counts: Dict[str, int]  # rank -> steps in which it was the slowest
+
+
 @dataclass
 class Summary:
     elapsed_s: float
@@ -53,11 +76,14 @@ class Summary:
     warnings: List[str]
     #: the time threads spent inside tasks, summed over threads (what a task's share is of)
     thread_time_s: float = 0.0
+    #: a multi-process run's ranks (empty when no process has one) and its stragglers
+    ranks: List[RankStats] = field(default_factory=list)
+    stragglers: List[Straggler] = field(default_factory=list)
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
 
     def to_json(self) -> dict:
         data = asdict(self)
-        for step in data["steps"]:
+        for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
             step["durations_s"] = list(step["durations_s"])
         return data

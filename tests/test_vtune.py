@@ -38,9 +38,10 @@ PYTHON = "/nonexistent/venv/bin/python"
 TARGET = (PYTHON, "-m", "instrumenter.launch", "/runs/train-1/train_itt.py", "train.py", "--epochs", "1")
 
 
-def config(**options) -> VTuneConfig:
+def config(launcher=(), **options) -> VTuneConfig:
     return VTuneConfig(vtune=VTUNE, target=TARGET, copy=Path("/runs/train-1/train_itt.py"),
-                       script=Path("/src/train.py"), results=Path("/runs/train-1"), options=VTuneOptions(**options))
+                       script=Path("/src/train.py"), results=Path("/runs/train-1"), options=VTuneOptions(**options),
+                       launcher=launcher)
 
 
 HOTSPOTS = [VTUNE, "-collect", "hotspots", "-start-paused",
@@ -477,7 +478,7 @@ def test_raw_csvs_logs_and_results_are_kept_in_the_result_folder(tiny_run):
 def test_the_json_keeps_the_builtin_fields(tiny_run):
     _, summary, _, _ = tiny_run
     assert {"elapsed_s", "collected_s", "processes", "threads", "events", "tasks", "steps", "operators",
-            "unfinished", "warnings", "vtune", "thread_time_s"} == set(summary)
+            "unfinished", "warnings", "vtune", "thread_time_s", "ranks", "stragglers"} == set(summary)
     assert summary["elapsed_s"] > 0 and summary["collected_s"] > 0
 
 
@@ -573,10 +574,10 @@ def test_a_launcher_runs_vtune_per_rank_and_every_rank_folder_is_read_back(tmp_p
 
 def test_vtune_options_with_the_builtin_backend_are_ignored_with_a_note(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
-    done = autoitt("profile", "--backend", "builtin", "--analysis", "uarch", "--launcher", "mpirun -n 4",
+    done = autoitt("profile", "--backend", "builtin", "--analysis", "uarch", "--sampling-mode", "hw",
                    "-r", "out", "tiny.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "--analysis, --launcher: VTune backend options, ignored with the built-in collector" in done.stderr
+    assert "--analysis, --sampling-mode: VTune backend options, ignored with the built-in collector" in done.stderr
     assert "builtin backend" in done.stdout
 
 

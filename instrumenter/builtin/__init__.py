@@ -18,6 +18,7 @@ from pathlib import Path
 from .. import target
 from ..backend import Backend, Finished, Job, Say
 from ..console import readable
+from ..options import under_launcher
 from ..instrumentation import Instrumentation
 from ..results import RunRecord
 from ..summary import Summary
@@ -39,7 +40,8 @@ class BuiltinBackend(Backend):
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused))
         started = time.perf_counter()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
-        process = target.start(job.command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
+        command = list(under_launcher(job.options.launcher, job.command))
+        process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
         return Finished(target.wait(process), time.perf_counter() - started)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
@@ -48,6 +50,7 @@ class BuiltinBackend(Backend):
         from ..results import save_outputs
         from . import chrome_trace
         from .plot import step_time_svg
+        from .ranks import rank_stats, stragglers
         from .taskstats import intervals, summarize
         from .tracefile import TraceDir, read_trace_dir
 
@@ -57,6 +60,8 @@ class BuiltinBackend(Backend):
         items, unfinished = intervals(traces)
         summary = summarize(traces, items, unfinished, record.elapsed_s, instrumentation.step_labels,
                             instrumentation.domains, instrumentation.start_paused)
+        summary.ranks = rank_stats(traces, items, instrumentation.step_labels, instrumentation.domains)
+        summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(found.skipped)
         if not traces:
             summary.warnings.append(_why_nothing(found))

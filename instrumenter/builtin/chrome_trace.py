@@ -1,6 +1,7 @@
 """``trace.json`` in Chrome's trace event format (ui.perfetto.dev, chrome://tracing).
 
-One track per thread, named; processes labelled (the script, its workers);
+One track per thread, named; processes labelled (the script, its workers; in
+a multi-process run "rank N", with a rank's workers next to it);
 tasks as complete (``X``) events with their ITT domain as category; resume
 and pause as instant events. Timestamps are microseconds from the first
 process's start.
@@ -17,10 +18,15 @@ def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
     pids = {t.pid for t in traces}
     for trace in traces:
         worker = trace.ppid in pids
-        label = f"worker process (pid {trace.pid}, parent {trace.ppid})" if worker else f"{script_name} (pid {trace.pid})"
+        if trace.rank is not None:
+            label = f"rank {trace.rank}" + (f" worker (pid {trace.pid})" if worker else f" (pid {trace.pid})")
+        elif worker:
+            label = f"worker process (pid {trace.pid}, parent {trace.ppid})"
+        else:
+            label = f"{script_name} (pid {trace.pid})"
+        order = 2 * (trace.rank if trace.rank is not None else 0) + (1 if worker else 0)
         events.append({"ph": "M", "name": "process_name", "pid": trace.pid, "args": {"name": label}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": trace.pid,
-                       "args": {"sort_index": 1 if worker else 0}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": trace.pid, "args": {"sort_index": order}})
         tids = {e.tid for e in trace.events} | set(trace.thread_names)
         for tid in sorted(tids):
             name = trace.thread_names.get(tid) or ("main" if tid == trace.pid else f"thread {tid}")

@@ -50,6 +50,8 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
             f"vs steady state {duration(step.steady_mean_s)} ({ratio:.1f}x)"
         )
 
+    _render_ranks(summary, console)
+
     if summary.operators:
         rows_table = table("Top PyTorch operators by self time", ("operator", "count", "self", "total",
                                                                   "% thread time"))
@@ -61,3 +63,20 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
                   f"`autoitt report {result_dir}` prints this again.")
+
+
+def _render_ranks(summary: Summary, console: Console) -> None:
+    """Step time per rank, and how far the slowest rank trails the fastest, per step."""
+    if not summary.ranks:
+        return
+    grid = table("Step time per rank", ("rank", "step", "count", "mean", "median", "p95", "first"))
+    for rank in summary.ranks:
+        for step in rank.steps:
+            grid.add_row(str(rank.rank), step.label, str(step.count), duration(step.mean_s), duration(step.median_s),
+                         duration(step.p95_s), duration(step.first_s))
+    console.print(grid)
+    for late in summary.stragglers:
+        console.print(f"[bold]Stragglers[/bold] ({late.label}, {late.steps} steps of ranks "
+                      f"{', '.join(map(str, late.ranks))}): the slowest rank trails the fastest by "
+                      f"{duration(late.spread_mean_s)} per step on average (at most {duration(late.spread_max_s)}); "
+                      f"rank {late.slowest_rank} is the slowest in {late.slowest_count} of {late.steps} steps")

@@ -53,7 +53,10 @@ offset type  field
 24     u64   CLOCK_MONOTONIC at collector start (library load, or the fork), ns
 32     u64   CLOCK_REALTIME at the same moment, ns since the epoch
 40     u32   flags: bit 0 = started paused (``AUTOITT_START_PAUSED``)
-44     u32   reserved, 0
+44     u32   the process's rank + 1, 0 when it has none: from ``RANK`` (torchrun),
+             ``OMPI_COMM_WORLD_RANK`` (Open MPI), ``PMI_RANK`` (MPICH, Intel MPI) or
+             ``SLURM_PROCID`` (Slurm), the first one set, read when the collector
+             loads (a forked child keeps its parent's)
 ====== ===== ==========================================================
 
 Chunks
@@ -179,6 +182,7 @@ class ProcessTrace:
     start_ns: int          # monotonic clock at collector start
     wall_start_ns: int     # realtime clock at the same moment
     events: List[Event] = field(default_factory=list)  # each thread in program order, merged by ts
+    rank: Optional[int] = None  # in a multi-process run (torchrun, MPI, Slurm), else None
     thread_names: Dict[int, str] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 
@@ -194,14 +198,15 @@ def read_trace_file(path: Path) -> ProcessTrace:
     label = path.name
     if len(data) < _HEADER.size:
         raise TraceFormatError(f"{path}: {len(data)} bytes, shorter than a trace header ({_HEADER.size})")
-    magic, version, header_size, pid, ppid, mono, real, _flags, _reserved = _HEADER.unpack_from(data, 0)
+    magic, version, header_size, pid, ppid, mono, real, _flags, rank_plus_one = _HEADER.unpack_from(data, 0)
     if magic != FILE_MAGIC:
         raise TraceFormatError(f"{path}: not an autoitt trace (magic {magic!r})")
     if version != FORMAT_VERSION:
         raise TraceFormatError(f"{path}: trace format version {version}, this reader knows {FORMAT_VERSION}")
     if header_size < _HEADER.size or header_size > len(data):
         raise TraceFormatError(f"{path}: bad header size {header_size}")
-    trace = ProcessTrace(path=path, pid=pid, ppid=ppid, start_ns=mono, wall_start_ns=real)
+    trace = ProcessTrace(path=path, pid=pid, ppid=ppid, start_ns=mono, wall_start_ns=real,
+                         rank=rank_plus_one - 1 if rank_plus_one else None)
 
     # raw events per thread: (kind, tid, ts, a, b); names by pointer
     per_thread: Dict[int, List[Tuple[int, int, int, int, int]]] = {}

@@ -131,7 +131,7 @@ typedef struct file_header {
     uint64_t start_mono_ns;
     uint64_t start_real_ns;
     uint32_t flags;
-    uint32_t reserved;
+    uint32_t rank_plus_one;      /* the process's rank in a multi-process run + 1; 0: none */
 } file_header;
 _Static_assert(sizeof(file_header) == 48, "file header");
 
@@ -172,6 +172,7 @@ static int g_key_ok;
 static uint32_t g_pid, g_ppid;
 static uint64_t g_start_mono, g_start_real;
 static uint32_t g_header_flags;
+static uint32_t g_rank_plus_one;
 static int g_forked;                        /* this process is a forked child */
 static char g_dir[2 * PATH_MAX];
 
@@ -359,6 +360,7 @@ static int open_file_locked(void)
     h.start_mono_ns = g_start_mono;
     h.start_real_ns = g_start_real;
     h.flags = g_header_flags;
+    h.rank_plus_one = g_rank_plus_one;
     write_all(fd, &h, sizeof h);
     write_registry_locked(fd);
     atomic_store(&g_fd, fd);
@@ -820,6 +822,14 @@ __attribute__((constructor)) static void collector_load(void)
     if (paused && paused[0] && strcmp(paused, "0") != 0) {
         atomic_store(&g_state, ST_PAUSED);
         g_header_flags = F_START_PAUSED;
+    }
+    /* the rank a launcher gave this process: torchrun, Open MPI, MPICH/Intel MPI, Slurm */
+    static const char *const RANK_VARIABLES[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof RANK_VARIABLES / sizeof RANK_VARIABLES[0] && !g_rank_plus_one; i++) {
+        const char *value = getenv(RANK_VARIABLES[i]);
+        char *end;
+        unsigned long rank = value && *value ? strtoul(value, &end, 10) : 0;
+        if (value && *value && *end == 0 && rank < 0xFFFFFFFFul) g_rank_plus_one = (uint32_t)rank + 1;
     }
     const char *dir = getenv("AUTOITT_TRACE_DIR");
     if (!dir || !dir[0]) dir = ".";

@@ -123,7 +123,9 @@ class _Instrumentation:
     def __init__(self, path: str) -> None:
         with open(path) as handle:
             data = json.load(handle)
+        self.path = os.path.abspath(path)
         self.files = {os.path.realpath(f["path"]): f for f in data["files"]}
+        self.entry = data["files"][0]
 
     def lines_of(self, original: str, copy: str) -> "_Lines | None":
         record = self.files.get(os.path.realpath(original))
@@ -265,6 +267,58 @@ def _exit_status(code) -> int:
     return code % 256 if isinstance(code, int) else 1
 
 
+def _install(instrumentation: _Instrumentation) -> None:
+    """Everything the copies need in this process, before any of the script's code runs."""
+    _hide_launcher_frames()
+    if instrumentation.copies():
+        sys.meta_path.insert(0, _CopyFinder(instrumentation))
+    for module in instrumentation.runtime():
+        _load_runtime(module)
+
+
+# -- processes the script starts ------------------------------------------------------------------
+
+#: Names the run's instrumentation.json for the script's multiprocessing children (see enter_child).
+INSTRUMENTATION_VARIABLE = "AUTOITT_INSTRUMENTATION"
+#: Put on the children's PYTHONPATH: its sitecustomize.py calls enter_child in each Python child.
+SITE_DIR = os.path.join(_HERE, "site")
+
+
+def _children_run_copies(instrumentation: _Instrumentation) -> None:
+    """The script's multiprocessing children (spawn, forkserver: fresh interpreters that import the script
+    again) run the copies too: they inherit these variables, and Python imports SITE_DIR's sitecustomize."""
+    os.environ[INSTRUMENTATION_VARIABLE] = instrumentation.path
+    paths = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = SITE_DIR + (os.pathsep + paths if paths else "")
+
+
+def enter_child(path: str) -> None:
+    """In a multiprocessing child of a profiled script: run copies, as the launcher does for the script.
+
+    The child imports the script again as ``__mp_main__`` (from the original's
+    path, which it gets from the parent): multiprocessing's hook for that runs
+    the script's copy instead, compiled under the original's name and lines.
+    """
+    import multiprocessing.spawn as spawn
+
+    instrumentation = _Instrumentation(path)
+    _install(instrumentation)
+    entry, copy = os.path.realpath(instrumentation.entry["path"]), instrumentation.entry["runs"]
+    original_fixup = spawn._fixup_main_from_path
+
+    def fixup_main_from_path(main_path):
+        current = sys.modules["__main__"]
+        if copy is None or os.path.realpath(main_path) != entry or getattr(current, "__file__", None) == main_path:
+            return original_fixup(main_path)
+        spawn.old_main_modules.append(current)
+        main = types.ModuleType("__mp_main__")
+        main.__file__, main.__builtins__ = main_path, builtins
+        sys.modules["__main__"] = sys.modules["__mp_main__"] = main
+        exec(_compile(copy, main_path, instrumentation.lines_of(main_path, copy)), main.__dict__)
+
+    spawn._fixup_main_from_path = fixup_main_from_path
+
+
 def main(argv: list) -> None:
     instrumentation = None
     if argv[:1] == [INSTRUMENTATION_OPTION] and len(argv) > 1:
@@ -275,11 +329,8 @@ def main(argv: list) -> None:
     # Popped, so the script's environment (and its children's) is as without autoitt.
     exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
     if instrumentation is not None:
-        _hide_launcher_frames()
-        if instrumentation.copies():
-            sys.meta_path.insert(0, _CopyFinder(instrumentation))
-        for module in instrumentation.runtime():
-            _load_runtime(module)
+        _install(instrumentation)
+        _children_run_copies(instrumentation)
     if not exit_dir:
         run(argv[0], argv[1], argv[2:], instrumentation)
         return

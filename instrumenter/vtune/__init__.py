@@ -47,7 +47,7 @@ class VTuneBackend(Backend):
         vtune = self.vtune or find_vtune()
         config = VTuneConfig(vtune=str(vtune), target=tuple(job.command), copy=job.copy, script=job.script,
                              results=job.folder, start_paused=job.instrumentation.start_paused,
-                             options=job.options.vtune)
+                             options=job.options.vtune, launcher=job.options.launcher)
         started = time.perf_counter()
         runs = collect.run(config, job.folder, say, job.options.json_output)
         return Finished(collect.script_exit_code(runs), time.perf_counter() - started)

@@ -52,6 +52,8 @@ class VTuneConfig:
     results: Path
     start_paused: bool = True
     options: VTuneOptions = field(default_factory=VTuneOptions)
+    #: A launcher VTune runs inside, e.g. ``("mpirun", "-n", "4")``: one vtune per rank.
+    launcher: Tuple[str, ...] = ()
 
     @property
     def python(self) -> str:
@@ -88,7 +90,7 @@ def _knobs(analysis: str, sampling_mode: str) -> List[str]:
 def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
     """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``."""
     options = config.options
-    command = [*options.launcher, config.vtune, "-collect", ANALYSES[analysis]]
+    command = [*config.launcher, config.vtune, "-collect", ANALYSES[analysis]]
     if config.start_paused:
         command.append("-start-paused")
     command += _knobs(analysis, options.sampling_mode)
