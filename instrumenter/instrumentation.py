@@ -18,7 +18,9 @@ Format (version 1), a JSON object::
         "module": null,                    # the module name it is imported as (null for the script)
         "runs": "/abs/results/train_itt.py",  # what runs in its place; null: the original itself
         "outcome": "instrumented",         # or "nothing to instrument", "already instrumented"
-        "domain": "autoitt.train",         # the ITT domain of its markers
+        "domain": "autoitt.train",         # the ITT domain of the markers autoitt adds
+        "own_domains": [],                 # domains its own ITT calls create (an autoitt copy's, a
+                                           # hand-instrumented script's), where written out
         "step_labels": ["step"],           # task names of its step iterations
         "runtime": ["instrumenter.collection"],  # autoitt's modules its copy imports (instrumenter.window
                                            # with --skip-steps/--steps)
@@ -61,6 +63,7 @@ class FileRecord:
     runs: Optional[str]
     outcome: str
     domain: str
+    own_domains: Tuple[str, ...]
     step_labels: Tuple[str, ...]
     runtime: Tuple[str, ...]
     sha256: str
@@ -73,14 +76,16 @@ class FileRecord:
 
     def to_json(self) -> dict:
         return {"path": self.path, "relative": self.relative, "module": self.module, "runs": self.runs,
-                "outcome": self.outcome, "domain": self.domain, "step_labels": list(self.step_labels),
+                "outcome": self.outcome, "domain": self.domain, "own_domains": list(self.own_domains),
+                "step_labels": list(self.step_labels),
                 "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
                 "line_map": self.line_map.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
         return cls(path=data["path"], relative=data["relative"], module=data["module"], runs=data["runs"],
-                   outcome=data["outcome"], domain=data["domain"], step_labels=tuple(data["step_labels"]),
+                   outcome=data["outcome"], domain=data["domain"], own_domains=tuple(data["own_domains"]),
+                   step_labels=tuple(data["step_labels"]),
                    runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
                    line_map=LineMap.from_json(data["line_map"]))
 
@@ -103,13 +108,15 @@ class Instrumentation:
 
     @property
     def domain(self) -> str:
-        """The entry script's domain, shown first in summaries."""
-        return self.entry.domain
+        """The entry script's domain, shown first in summaries: autoitt's, or the script's own."""
+        entry = self.entry
+        return entry.own_domains[0] if not entry.instrumented and entry.own_domains else entry.domain
 
     @property
     def domains(self) -> List[str]:
-        """Every domain autoitt's markers record on (the script's own when nothing was instrumented)."""
-        return sorted({f.domain for f in self.files if f.instrumented}) or [self.domain]
+        """Every domain the run's markers record on: autoitt's and the scripts' own."""
+        return sorted({f.domain for f in self.files if f.instrumented}
+                      | {d for f in self.files for d in f.own_domains}) or [self.domain]
 
     @property
     def step_labels(self) -> List[str]:

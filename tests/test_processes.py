@@ -203,3 +203,19 @@ def test_the_children_environment_names_autoitts_site_folder_only_while_profiled
     done = subprocess.run([sys.executable, "-m", "instrumenter", "profile", "--backend", "builtin", "-r", "out",
                            "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "42" in done.stdout
+
+
+def test_an_mpirun_style_launcher_with_the_builtin_collector(tmp_path):
+    """A stand-in mpirun (tests/test_vtune.FAKE_MPIRUN: one process per rank, PMI_RANK set), as MPICH's would."""
+    from tests.test_vtune import FAKE_MPIRUN
+
+    mpirun = tmp_path / "mpirun"
+    mpirun.write_text(FAKE_MPIRUN)
+    mpirun.chmod(0o755)
+    (tmp_path / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", f"{mpirun} -n 2",
+                   "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert [(rank["rank"], rank["steps"][0]["count"]) for rank in summary["ranks"]] == [(0, 3), (1, 3)]
+    assert "--launcher" not in done.stderr  # not a VTune-only option any more

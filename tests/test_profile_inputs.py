@@ -56,3 +56,43 @@ def test_odd_file_names_are_profiled(work, name):
     assert json.loads(done.stdout)["steps"][0]["count"] == 2
     copy = next((work / "out").glob("*_itt.py")).read_bytes()
     assert copy.count(b"\n# autoitt: instrumented copy of ") == 1  # one comment line, whatever the name
+
+
+HAND_MADE = """\
+import ittapi.compat as itt
+
+domain = itt.domain_create("mine")
+{resume}for step in range(3):
+    itt.task_begin(domain, "my_step")
+    itt.task_end(domain)
+{pause}"""
+
+
+@pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
+def test_a_script_instrumented_by_hand_has_its_own_markers_collected(work, resumes):
+    (work / "mine.py").write_text(HAND_MADE.format(resume="itt.resume()\n" if resumes else "",
+                                                   pause="itt.pause()\n" if resumes else ""))
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "mine.py", cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    tasks = {(t["domain"], t["name"]): t["count"] for t in json.loads(done.stdout)["tasks"]}
+    assert tasks[("mine", "my_step")] == 3
+    notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])  # --json keeps stderr quiet
+    assert "is instrumented by hand (imports ittapi.compat at line 1): autoitt adds no markers" in notes
+    assert ("never calls itt.resume()" in notes) is not resumes
+
+
+def test_profiling_a_copy_autoitt_made_shows_its_steps(work):
+    (work / "train.py").write_text(STEP_LOOP)
+    assert invoke("instrument", "train.py").exit_code == 0
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "train_itt.py", cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [(s["label"], s["count"]) for s in json.loads(done.stdout)["steps"]] == [("step", 2)]
+
+
+def test_regions_that_never_ran_are_named_in_a_warning(work):
+    (work / "train.py").write_text("import sys\n\nif len(sys.argv) > 5:\n" + "".join(
+        "    " + line + "\n" for line in STEP_LOOP.splitlines()))
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "train.py", cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = json.loads(done.stdout)["warnings"]
+    assert any(w.startswith("none of the marked training regions ran (train.py:9)") for w in warnings), warnings

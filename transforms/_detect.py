@@ -79,6 +79,10 @@ class Detection:
     torch_profiler: Optional[Note]
     already_instrumented: Optional[str]
     names_in_use: frozenset
+    #: the script calls ITT's resume itself (an autoitt copy does, and so does many a hand-made one)
+    resumes_collection: bool = False
+    #: the ITT domains the script's own calls create, where their names are written out
+    own_domains: Tuple[str, ...] = ()
     #: compound statement ordinal -> ordinal past its subtree; lets the rewrite skip untouched code
     spans: Dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -106,6 +110,8 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> 
         torch_profiler=_torch_profiler(index),
         already_instrumented=_instrumented_by(source, index),
         names_in_use=frozenset(index.names),
+        resumes_collection=_calls_itt(index, "resume"),
+        own_domains=_own_domains(index),
         spans=index.spans,
     )
 
@@ -180,6 +186,24 @@ def _instrumented_by(source: Source, index: Index) -> Optional[str]:
         if tail in HAND_MARKER_CALLS and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
             return f"hand ({dotted(node.func)}() at line {node.lineno})"
     return None
+
+
+def _itt_calls(index: Index, function: str):
+    """The script's calls of ITT's ``function`` (ittapi's, itt-python's, or a copy's ``itt``)."""
+    for node in index.all_calls:
+        head, _, tail = (index.imports.resolve(node.func) or "").rpartition(".")
+        if tail == function and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
+            yield node
+
+
+def _calls_itt(index: Index, function: str) -> bool:
+    return next(_itt_calls(index, function), None) is not None
+
+
+def _own_domains(index: Index) -> Tuple[str, ...]:
+    names = [node.args[0].value for node in _itt_calls(index, "domain_create")
+             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+    return tuple(dict.fromkeys(names))
 
 
 _TORCH_PROFILERS = frozenset((

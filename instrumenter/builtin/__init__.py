@@ -63,8 +63,8 @@ class BuiltinBackend(Backend):
         summary.ranks = rank_stats(traces, items, instrumentation.step_labels, instrumentation.domains)
         summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(found.skipped)
-        if not traces:
-            summary.warnings.append(_why_nothing(found))
+        if not any(task.domain in instrumentation.domains for task in summary.tasks):
+            summary.warnings.append(_why_nothing(found, instrumentation, summary))
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
             "trace.json": json.dumps(chrome_trace.build(traces, items, script_name)),
@@ -80,9 +80,22 @@ class BuiltinBackend(Backend):
         render(summary, console, script=script, result_dir=result_dir, own_domain=instrumentation.domain)
 
 
-def _why_nothing(found) -> str:
-    """The likeliest reason a run left no trace to read."""
-    if found.skipped:
+def _why_nothing(found, instrumentation: Instrumentation, summary: Summary) -> str:
+    """The likeliest reason no task of autoitt's markers (or of the script's own) was recorded."""
+    if found.skipped and not found.traces:
         return "no trace file could be read (see above)"
-    return ("the collector wrote no trace file: no process of the run loaded it (was ittapi imported? did the "
-            "script start?)")
+    entry = instrumentation.entry
+    marked = [f"{r['path']}:{r['line']}" for r in instrumentation.regions] if any(
+        f.instrumented for f in instrumentation.files) else []
+    if marked:
+        return (f"none of the marked training regions ran ({', '.join(marked[:5])}"
+                f"{', ...' if len(marked) > 5 else ''}): the script stopped before training, or trained through "
+                "code autoitt did not mark (`autoitt loops` shows what it found)")
+    if entry.outcome == "already instrumented":
+        return ("the script's own ITT markers recorded no task: the code that calls them did not run, or "
+                "collection was paused around it")
+    if not found.traces:
+        return ("no training loop was found to mark (`autoitt loops` shows what was looked at), and no process of "
+                "the run made an ITT call (no PyTorch or oneDNN task either)")
+    return ("no training loop was found to mark (`autoitt loops` shows what was looked at): "
+            + ("the tasks shown are the frameworks' own" if summary.tasks else "and nothing in the run made ITT tasks"))
