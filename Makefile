@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_startup.py
 	$(PY) benchmarks/bench_collector.py
 	$(PY) benchmarks/bench_overhead.py
+	$(PY) benchmarks/bench_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache autoitt-results samples/*_itt.py

@@ -219,3 +219,40 @@ def test_an_mpirun_style_launcher_with_the_builtin_collector(tmp_path):
     summary = json.loads(done.stdout)
     assert [(rank["rank"], rank["steps"][0]["count"]) for rank in summary["ranks"]] == [(0, 3), (1, 3)]
     assert "--launcher" not in done.stderr  # not a VTune-only option any more
+
+
+def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
+    """Spawned DataLoader workers import the script again (its copy, under the launcher's hook): the run works."""
+    dataset = textwrap.dedent(
+        """\
+        import torch
+
+
+        class Ones(torch.utils.data.Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, index):
+                return torch.ones(4)
+        """)
+    script = textwrap.dedent(
+        """\
+        import torch
+
+        from dataset import Ones
+        from trainer import train
+
+        if __name__ == "__main__":
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            loader = torch.utils.data.DataLoader(Ones(), batch_size=2, num_workers=2,
+                                                 multiprocessing_context="spawn")
+            for batch in loader:
+                loss = model(batch).sum()
+                loss.backward()
+                optimizer.step()
+            print("batches done")
+        """)
+    summary, stderr = _profile(tmp_path, script, dataset=dataset)
+    assert _steps(summary) == [("step", 4)]
+    assert summary["processes"] >= 1 and "batches done" in stderr
