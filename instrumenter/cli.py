@@ -53,6 +53,33 @@ _label_option = click.option(
     help="Name the task of the loop (or call) on LINE of the original script; repeatable.",
 )
 
+#: What ``--role`` may set: a region's role, or ``skip`` (as the ``# autoitt:`` comments do).
+_ROLE_CHOICES = ("step", "epoch", "eval", "train-call", "skip")
+
+
+def _parse_roles(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    roles = []
+    for value in values:
+        line, sep, role = value.partition("=")
+        role = role.strip()
+        if not sep or not line.strip().isdigit() or role not in _ROLE_CHOICES:
+            raise click.BadParameter(f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)} "
+                                     f"(e.g. 42=eval), got {value!r}")
+        roles.append((int(line), role))
+    return tuple(roles)
+
+
+_role_option = click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="LINE=ROLE",
+    callback=_parse_roles,
+    help="Set the role of the loop (or call) on LINE of the original script, as a '# autoitt: ROLE' comment "
+         "there would, without editing it: step, epoch, eval, train-call (a call that trains inside a library) "
+         "or skip; repeatable.",
+)
+
 
 def _mode_options(command):
     """The options that decide what is inserted, shared by instrument and profile."""
@@ -67,16 +94,17 @@ def _mode_options(command):
         click.option("--pt-regions", is_flag=True,
                      help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8)."),
         _label_option,
+        _role_option,
     ]):
         command = option(command)
     return command
 
 
-def _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels):
+def _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles):
     from transforms import Mode
 
     return Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
-                pt_regions=pt_regions, labels=labels)
+                pt_regions=pt_regions, labels=labels, roles=roles)
 
 
 @click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,7 +143,7 @@ def cli() -> None:
 def instrument(script: Path, output: Optional[str], in_place: bool, force: bool, show_diff: bool,
                diff_style: str, check: bool, domain: Optional[str], no_torch_ops: bool, skip_steps: int,
                steps: Optional[int], pt_regions: bool, labels: Tuple[Tuple[int, str], ...],
-               color: Optional[bool], quiet: bool) -> None:
+               roles: Tuple[Tuple[int, str], ...], color: Optional[bool], quiet: bool) -> None:
     """Write a copy of SCRIPT with ITT markers around its training loops.
 
     The copy imports ittapi.compat (pip install ittapi), creates one ITT
@@ -138,7 +166,7 @@ def instrument(script: Path, output: Optional[str], in_place: bool, force: bool,
     from .copies import instrument as write_copies
     from .files import WriteBack
 
-    mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels)
+    mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles)
     tally = Tally(check=check, quiet=quiet)
     write_back = WriteBack.from_flags(check=check, diff=show_diff, in_place=in_place)
     _run_guarded(tally, lambda: write_copies(tally, script, mode, write_back, output=output, in_place=in_place,
@@ -177,7 +205,8 @@ def _run_guarded(tally: Tally, action) -> None:
               help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", '
                    '"reason", "path"}; path is relative to SCRIPT\'s folder.')
 @_label_option
-def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> None:
+@_role_option
+def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...]) -> None:
     """List the training regions autoitt finds in SCRIPT (and the modules of its
     own folder it imports), and why.
 
@@ -189,7 +218,7 @@ def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...]) -> N
     from .listing import show_loops
 
     tally = Tally(quiet=as_json)
-    _run_guarded(tally, lambda: show_loops(script, as_json, dict(labels)))
+    _run_guarded(tally, lambda: show_loops(script, as_json, dict(labels), dict(roles)))
     sys.exit(int(tally.exit_code))
 
 
@@ -282,8 +311,8 @@ def _vtune_options(command):
 @_vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
-            labels: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...], sampling_mode: str, data_limit: int,
-            vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
+            labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
+            sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
     """Instrument SCRIPT into a result folder, run it, and show where training time goes.
 
     autoitt's options go before SCRIPT; everything after SCRIPT goes to the
@@ -314,7 +343,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 
     context = click.get_current_context()
     options = ProfileOptions(
-        mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels), backend=backend,
+        mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
         result_dir=result_dir, json_output=as_json, launcher=launcher,
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
                            extra_args=vtune_args),

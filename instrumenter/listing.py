@@ -16,14 +16,15 @@ from transforms import Region, detect
 from .project import discover, note_line
 
 
-def show_loops(script: Path, as_json: bool, labels: Dict[int, str]) -> None:
-    """Print the regions found in ``script`` (``labels`` name the tasks of its lines) and the notes."""
+def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[int, str]) -> None:
+    """Print the regions found in ``script`` (``labels`` name the tasks of its lines, ``roles`` set their
+    roles) and the notes."""
     local, notes = discover(script)
     found: List[Tuple[str, Region]] = []  # (path relative to the script's folder, region)
     all_notes: List[str] = []
     instrumented_by: Optional[str] = None
     for index, item in enumerate(local):
-        detection = detect(item.source, labels if index == 0 else None)
+        detection = detect(item.source, labels if index == 0 else None, roles if index == 0 else None)
         if index == 0:
             instrumented_by = detection.already_instrumented
         found.extend((item.relative, region) for region in detection.regions)

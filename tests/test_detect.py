@@ -447,3 +447,64 @@ def test_a_step_loop_in_a_while_else_clause_does_not_make_an_epoch():
             for x in loader:
                 loss.backward()
     """) == [(5, "step")]
+
+
+# -- roles from the command line ---------------------------------------------------
+
+ROLE_SCRIPT = """\
+import torch
+model = torch.nn.Linear(4, 1)
+for batch in range(3):
+    out = model(torch.ones(4))
+for x in data:
+    loss.backward()
+results = model.score_all(3)
+"""
+
+
+def _loops_json(tmp_path, *roles):
+    script = tmp_path / "t.py"
+    script.write_text(ROLE_SCRIPT)
+    result = CliRunner().invoke(cli, ["loops", "--json", str(script), *(f"--role={r}" for r in roles)])
+    return result, {region["line"]: (region["role"], region["reason"]) for region in json.loads(result.stdout or "[]")}
+
+
+def test_role_sets_the_role_of_a_loop_autoitt_did_not_take(tmp_path):
+    _, found = _loops_json(tmp_path, "3=eval")
+    assert found[3] == ("eval", "set by --role")
+
+
+def test_role_overrides_what_detection_decided(tmp_path):
+    _, found = _loops_json(tmp_path, "5=epoch")
+    assert found[5] == ("epoch", "set by --role")
+
+
+def test_role_skip_leaves_a_region_unmarked(tmp_path):
+    result, found = _loops_json(tmp_path, "5=skip")
+    assert 5 not in found
+
+
+def test_role_train_call_marks_a_call_autoitt_did_not_recognise(tmp_path):
+    _, found = _loops_json(tmp_path, "7=train-call")
+    assert found[7] == ("train-call", "set by --role")
+
+
+def test_role_on_a_line_without_a_loop_or_call_is_a_note(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text(ROLE_SCRIPT)
+    result = CliRunner().invoke(cli, ["loops", str(script), "--role", "1=eval"])
+    assert result.exit_code == 0
+    assert "--role 1=eval: no call starts on line 1" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("value", ["3=bogus", "x=eval", "3"])
+def test_a_bad_role_is_a_usage_error(tmp_path, value):
+    result, _ = _loops_json(tmp_path, value)
+    assert result.exit_code == 2 and "LINE=ROLE" in result.output
+
+
+def test_instrument_applies_roles_too(tmp_path):
+    from transforms import Mode, instrument_source
+
+    result = instrument_source(ROLE_SCRIPT.encode(), "t.py", Mode(roles=((3, "eval"),)))
+    assert [(r.line, r.role) for r in result.regions] == [(3, "eval"), (5, "step")]

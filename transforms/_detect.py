@@ -91,15 +91,19 @@ class Detection:
 _Found = Tuple[Site, str, str]
 
 
-def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None) -> Detection:
+def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
+           role_overrides: Optional[Dict[int, str]] = None) -> Detection:
     """Find the training regions of ``source``; pure, writes nothing.
 
     ``label_overrides``: task labels keyed by the line of a loop or call.
+    ``role_overrides``: roles (:data:`ROLES` or ``skip``) keyed the same way;
+    they decide as a ``# autoitt:`` comment would.
     """
     index = Index(source)
-    classifier = Classifier(index, source.lines)
+    classifier = Classifier(index, source.lines, role_overrides)
     notes: List[Note] = []
     found = _loops(index, classifier, notes) + _train_calls(index, classifier, notes)
+    found += _calls_given_a_role(index, classifier, found, notes)
     found += _compiled_call_sites(index, classifier)
     found.sort(key=lambda item: item[0].ordinal)
     return Detection(
@@ -121,8 +125,11 @@ def _loops(index: Index, classifier: Classifier, notes: List[Note]) -> List[_Fou
     for site in index.loops:
         role = classifier.role(site)
         line = site.node.lineno
-        if classifier.directive(site.node) == "skip":
-            notes.append(Note(line, "skipped: '# autoitt: skip'"))
+        forced = classifier.forced(site.node)
+        if forced is not None and forced[0] == "skip":
+            notes.append(Note(line, f"skipped: {_how(forced)}"))
+        elif forced is not None and forced[0] == "train-call":
+            notes.append(Note(line, "train-call is the role of a call, not of a loop: --role ignored"))
         elif role is None:
             continue
         elif site.compiled:
@@ -142,14 +149,47 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
         if index.resolve(site.call, site.function) is not None or site.compiled:
             continue  # a method of this file (e.g. Trainer.fit: its loops are found directly), or compiled
         called = dotted(site.call.func)
-        if classifier.directive(site.node) == "skip":
-            notes.append(Note(site.node.lineno, "skipped: '# autoitt: skip'"))
+        forced = classifier.forced(site.node)
+        if forced is not None and forced[0] == "skip":
+            notes.append(Note(site.node.lineno, f"skipped: {_how(forced)}"))
         elif site.one_line:
             notes.append(Note(site.node.lineno, f"{called}() on its block's header line: left alone "
                                                 "(put it on its own line to have it marked)"))
+        elif forced is not None and forced[0] in ("eval", "train-call"):
+            found.append((site, forced[0], forced[1]))
         else:
             found.append((site, "train-call", f"{called}() trains inside a library"))
     return found
+
+
+def _how(forced: Tuple[str, str]) -> str:
+    return "--role" if forced[1] == "set by --role" else f"'# autoitt: {forced[0]}'"
+
+
+def _calls_given_a_role(index: Index, classifier: Classifier, found: List[_Found], notes: List[Note]) -> List[_Found]:
+    """Calls autoitt did not take for training that ``--role LINE=train-call`` (or ``eval``) names; and a note
+    for each ``--role`` line that names no loop or call."""
+    taken = {site.line for site, _, _ in found} | {site.node.lineno for site in index.loops}
+    taken |= {site.node.lineno for site in index.call_sites}
+    added: List[_Found] = []
+    for line, role in sorted(classifier.roles_given.items()):
+        if line in taken:
+            continue
+        statement = next((entry for entry in index.simple
+                          if entry[0].lineno == line and index.calls_of.get(id(entry[0]))), None)
+        if statement is None or role not in ("train-call", "eval"):
+            notes.append(Note(line, f"--role {line}={role}: no " + ("call" if statement is None else "loop")
+                                    + f" starts on line {line}"))
+            continue
+        stmt, ordinal, function, loops, one_line = statement
+        if one_line:
+            notes.append(Note(line, f"--role {line}={role}: the call is on its block's header line: left alone "
+                                    "(put it on its own line to have it marked)"))
+            continue
+        call = index.calls_of[id(stmt)][0]
+        label = call.func.attr if isinstance(call.func, ast.Attribute) else dotted(call.func) or "call"
+        added.append((Site(stmt, ordinal, function, loops, None, call, label), role, "set by --role"))
+    return added
 
 
 def _compiled_call_sites(index: Index, classifier: Classifier) -> List[_Found]:

@@ -131,8 +131,8 @@ class Index:
         #: id(loop) -> the loop sites nested in it, at any depth
         self.nested: Dict[int, List[Site]] = {}
         self.call_sites: List[Site] = []
-        #: every simple statement: (statement, ordinal, function, enclosing loops)
-        self.simple: List[Tuple[ast.stmt, int, Optional[Function], Tuple[ast.AST, ...]]] = []
+        #: every simple statement: (statement, ordinal, function, enclosing loops, on its block's header line)
+        self.simple: List[Tuple[ast.stmt, int, Optional[Function], Tuple[ast.AST, ...], bool]] = []
         self.mode_switches: Dict[Optional[str], List[Tuple[int, str]]] = {}
         self.calls_of: Dict[int, List[ast.Call]] = {}
         self.all_calls: List[ast.Call] = []
@@ -227,7 +227,7 @@ class Index:
             self.all_calls.extend(calls)
 
     def _index_simple(self, stmt, ordinal, function, loops, grad_off, one_line) -> None:
-        self.simple.append((stmt, ordinal, function, loops))
+        self.simple.append((stmt, ordinal, function, loops, one_line))
         key = function.qualname if function else None
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             switch = ev.mode_switch(stmt.value)
@@ -302,4 +302,5 @@ class Index:
 
     def simple_sites(self) -> List[Site]:
         """Every simple statement as a :class:`Site` (only needed for compiled call sites)."""
-        return [Site(stmt, ordinal, function, loops, None) for stmt, ordinal, function, loops in self.simple]
+        return [Site(stmt, ordinal, function, loops, None, one_line=one_line)
+                for stmt, ordinal, function, loops, one_line in self.simple]

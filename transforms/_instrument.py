@@ -74,7 +74,7 @@ def instrument(source: Source, mode: Mode = Mode(), *, stem: Optional[str] = Non
     match the plan).
     """
     name = source.name
-    detection = detect(source, mode.label_overrides if entry else None)
+    detection = detect(source, mode.label_overrides if entry else None, mode.role_overrides if entry else None)
     script_stem = stem or name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     while True:
         plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem, controls_collection)

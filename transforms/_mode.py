@@ -21,6 +21,7 @@ class Mode:
     ``pt_regions``: also mark each step for VTune's anomaly detection.
     ``labels``: task label overrides, keyed by the 1-based line of the loop or
     call in the script the user named (not in the modules it imports).
+    ``roles``: role overrides (step, epoch, eval, train-call, skip), keyed the same way.
 
     What differs between the files of one project (whether a file controls
     collection) is not an option: see :func:`transforms.instrument`.
@@ -32,6 +33,7 @@ class Mode:
     steps: Optional[int] = None
     pt_regions: bool = False
     labels: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
+    roles: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.skip_steps < 0:
@@ -47,6 +49,10 @@ class Mode:
     @property
     def label_overrides(self) -> Mapping[int, str]:
         return dict(self.labels)
+
+    @property
+    def role_overrides(self) -> Mapping[int, str]:
+        return dict(self.roles)
 
     def domain_for(self, script_stem: str) -> str:
         """The domain given, else ``autoitt.<stem>`` (a file name's undecodable bytes become U+FFFD:

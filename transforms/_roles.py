@@ -4,15 +4,16 @@ A loop is a *step* when one iteration updates parameters, directly or through
 functions of the same file it calls (followed up to :data:`CALL_DEPTH` deep);
 an *epoch* when its body holds a step loop (directly or through a call) or it
 iterates over epochs and does work; an *eval* when it runs forward passes with
-gradients off, after ``model.eval()`` or in an eval-like function. A comment
-on the loop's header (``# autoitt: step``) decides instead.
+gradients off, after ``model.eval()`` or in an eval-like function. A role
+given on the command line (``--role LINE=step``) or a comment on the loop's
+header (``# autoitt: step``) decides instead, in that order.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import _evidence as ev
 from ._index import Function, Index, Site
@@ -30,9 +31,10 @@ Role = Optional[Tuple[str, str]]
 class Classifier:
     """Decides the role of each loop of an :class:`~transforms._index.Index`, memoized."""
 
-    def __init__(self, index: Index, lines: Sequence[str]) -> None:
+    def __init__(self, index: Index, lines: Sequence[str], roles: Optional[Mapping[int, str]] = None) -> None:
         self.index = index
         self.lines = lines
+        self.roles_given = dict(roles or {})
         self.roles: Dict[int, Role] = {}
         self._in_progress: Set[int] = set()
         self._updates: Dict[Tuple[int, int], Optional[str]] = {}
@@ -41,6 +43,14 @@ class Classifier:
         for site in index.loops:
             key = site.function.qualname if site.function else None
             self._loops_of.setdefault(key, []).append(site)
+
+    def forced(self, node: ast.AST) -> Optional[Tuple[str, str]]:
+        """(role, reason) given for the statement: ``--role`` on its line, else a ``# autoitt:`` comment."""
+        given = self.roles_given.get(node.lineno)
+        if given:
+            return given, "set by --role"
+        comment = self.directive(node)
+        return (comment, f"forced by '# autoitt: {comment}'") if comment else None
 
     def directive(self, node: ast.AST) -> Optional[str]:
         """``skip``/``step``/``epoch``/``eval`` from a ``# autoitt:`` comment on the header."""
@@ -130,11 +140,11 @@ class Classifier:
 
     def _classify(self, site: Site) -> Role:
         loop = site.node
-        directive = self.directive(loop)
-        if directive == "skip":
-            return None
-        if directive:
-            return directive, f"forced by '# autoitt: {directive}'"
+        forced = self.forced(loop)
+        if forced is not None and forced[0] in ("skip", "train-call"):
+            return None  # a loop is never a train-call: _detect notes it
+        if forced is not None:
+            return forced
         body_end = loop.body[-1].end_lineno or loop.body[-1].lineno
         for inner in self.index.nested.get(id(loop), ()):
             if inner.node.lineno > body_end:
