@@ -37,8 +37,11 @@ def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[
     from rich.table import Table
 
     console = Console(stderr=False, highlight=False)
-    if instrumented_by:
-        console.print(f"{script} is already instrumented by {instrumented_by}.")
+    if instrumented_by == "autoitt":
+        console.print(f"{script} is already instrumented by autoitt.")
+    elif instrumented_by:
+        console.print(f"{script} is instrumented by {instrumented_by}: autoitt marks only the regions that cannot "
+                      "cross its own markers.")
     if not found:
         console.print(f"{script}: no training loops found.")
     else:

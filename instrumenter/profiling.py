@@ -130,15 +130,17 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
     modules_instrumented = any(item is not project.entry for item in project.instrumented)
     if not project.instrumented and entry.outcome is Outcome.NOTHING_TO_DO:
         notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
-    hand_made = entry.outcome is Outcome.ALREADY_INSTRUMENTED and entry.detection.already_instrumented != "autoitt"
-    if hand_made:
-        notes.append(f"{script} is instrumented by {entry.detection.already_instrumented}: autoitt adds no markers; "
-                     "its own are collected" + ("" if entry.detection.resumes_collection else
-                                                ", from the start (it never calls itt.resume())"))
-    # Collection starts paused when a copy resumes it: the script's markers, a module's, or its own hand-made
-    # ones. Otherwise the whole run is collected, so framework tasks (and hand-made markers) still show.
-    start_paused = (entry.outcome is Outcome.INSTRUMENTED or modules_instrumented
-                    or (entry.outcome is Outcome.ALREADY_INSTRUMENTED and entry.detection.resumes_collection))
+    if entry.detection.by_hand:
+        notes.append(f"{script} is instrumented by {entry.detection.already_instrumented}: its own markers are "
+                     "collected" + ("" if entry.detection.resumes_collection else
+                                    ", from the start (it never calls itt.resume())")
+                     + ("" if entry.outcome is Outcome.INSTRUMENTED else "; autoitt adds no markers"))
+        start_paused = entry.detection.resumes_collection
+    else:
+        # Collection starts paused when a copy resumes it: the script's markers or a module's. Otherwise the
+        # whole run is collected, so framework tasks still show.
+        start_paused = (entry.outcome is Outcome.INSTRUMENTED or modules_instrumented
+                        or (entry.outcome is Outcome.ALREADY_INSTRUMENTED and entry.detection.resumes_collection))
     records = [_record(item, targets.get(id(item)) or (copy if item is project.entry else None))
                for item in project.files]
     instrumentation = Instrumentation(str(script), start_paused, tuple(records))

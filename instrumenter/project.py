@@ -149,8 +149,9 @@ def load_project(entry: Path, mode: Mode) -> Project:
     local, notes = discover(entry)
     first = local[0]
     entry_result = instrument(first.source, mode, stem=entry.stem)
-    # Only the entry script's own regions resume and pause when it has any.
-    modules_control = not any(r.outermost for r in entry_result.regions)
+    # Only the entry script's own regions resume and pause when it has any; a script with ITT
+    # markers of its own decides collection itself.
+    modules_control = not any(r.outermost for r in entry_result.regions) and not entry_result.detection.by_hand
     modules = [
         ProjectFile(item.path, item.relative, item.module,
                     instrument(item.source, mode, stem=item.path.stem, controls_collection=modules_control,

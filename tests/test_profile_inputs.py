@@ -77,7 +77,8 @@ def test_a_script_instrumented_by_hand_has_its_own_markers_collected(work, resum
     tasks = {(t["domain"], t["name"]): t["count"] for t in json.loads(done.stdout)["tasks"]}
     assert tasks[("mine", "my_step")] == 3
     notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])  # --json keeps stderr quiet
-    assert "is instrumented by hand (imports ittapi.compat at line 1): autoitt adds no markers" in notes
+    assert "is instrumented by hand (imports ittapi.compat at line 1): its own markers are collected" in notes
+    assert "autoitt adds no markers" in notes  # its only loop holds its own markers
     assert ("never calls itt.resume()" in notes) is not resumes
 
 
@@ -96,3 +97,37 @@ def test_regions_that_never_ran_are_named_in_a_warning(work):
     assert done.returncode == 0, done.stderr[-2000:]
     warnings = json.loads(done.stdout)["warnings"]
     assert any(w.startswith("none of the marked training regions ran (train.py:9)") for w in warnings), warnings
+
+
+MIXED = """\
+import ittapi.compat as itt
+
+
+class Loss:
+    def backward(self):
+        pass
+
+
+domain = itt.domain_create("mine")
+{resume}for epoch in range(2):
+    itt.task_begin(domain, "my_epoch")
+    for step in range(3):
+        Loss().backward()
+    itt.task_end(domain)
+{pause}"""
+
+
+@pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
+def test_a_script_instrumented_by_hand_gets_autoitt_steps_inside_its_own_tasks(work, resumes):
+    (work / "mine.py").write_text(MIXED.format(resume="itt.resume()\n" if resumes else "",
+                                               pause="itt.pause()\n" if resumes else ""))
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "mine.py", cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    tasks = {(t["domain"], t["name"]): t["count"] for t in summary["tasks"]}
+    assert tasks[("mine", "my_epoch")] == 2
+    assert tasks[("autoitt.mine", "step")] == 6
+    assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", 6)]
+    notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])
+    line = 12 if resumes else 11
+    assert f"epoch loop left to the script's own markers: it holds itt.task_begin() at line {line}" in notes

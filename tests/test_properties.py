@@ -914,14 +914,15 @@ def test_files_libcst_cannot_reproduce_are_refused_not_altered(source):
 
 
 @pytest.mark.parametrize("alias", [b"itt", b"foo"])
-def test_a_script_importing_ittapi_compat_is_left_alone_as_hand_instrumented(alias):
+def test_a_script_importing_ittapi_compat_keeps_its_import_and_gets_autoitts_tasks(alias):
     # Found by probing: autoitt at a831581..c3e1d07 raised RewriteError (its own
     # safety check failed) for a script that imports ittapi.compat without calling it.
     source = b"import ittapi.compat as " + alias + b"\n" + STEP_LOOP
     result = instrument_source(source, "own_ittapi.py")
-    assert result.outcome is Outcome.ALREADY_INSTRUMENTED
+    assert result.outcome is Outcome.INSTRUMENTED
     assert result.detection.already_instrumented == "hand (imports ittapi.compat at line 1)"
-    assert result.output is None
+    assert result.output.startswith(b"import ittapi.compat as " + alias + b"\n")
+    assert transforms.strip_markers(result.output, "own_ittapi_itt.py") == source
 
 
 @pytest.mark.parametrize("names", [b"_autoitt_domain = 1\n", b"itt = 1\n_autoitt_itt = 2\n"],

@@ -86,6 +86,11 @@ class Detection:
     #: compound statement ordinal -> ordinal past its subtree; lets the rewrite skip untouched code
     spans: Dict[int, int] = field(default_factory=dict, repr=False)
 
+    @property
+    def by_hand(self) -> bool:
+        """The script makes ITT calls of its own (not an autoitt copy): they decide what is collected."""
+        return self.already_instrumented is not None and self.already_instrumented != "autoitt"
+
 
 #: (site, role, reason) of a region chosen for markers
 _Found = Tuple[Site, str, str]
@@ -105,6 +110,9 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     found = _loops(index, classifier, notes) + _train_calls(index, classifier, notes)
     found += _calls_given_a_role(index, classifier, found, notes)
     found += _compiled_call_sites(index, classifier)
+    instrumented_by = _instrumented_by(source, index)
+    if instrumented_by is not None and instrumented_by != "autoitt":
+        found = _clear_of_own_markers(index, found, notes)
     found.sort(key=lambda item: item[0].ordinal)
     return Detection(
         regions=tuple(_regions(index, found, label_overrides or {})),
@@ -112,7 +120,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
         uses_torch=index.imports.imports("torch"),
         torch_names=tuple(index.imports.names_bound_to("torch")),
         torch_profiler=_torch_profiler(index),
-        already_instrumented=_instrumented_by(source, index),
+        already_instrumented=instrumented_by,
         names_in_use=frozenset(index.names),
         resumes_collection=_calls_itt(index, "resume"),
         own_domains=_own_domains(index),
@@ -211,6 +219,49 @@ def _compiled_call_sites(index: Index, classifier: Classifier) -> List[_Found]:
                 found.append((site, "train-call", f"calls {callee.compiled} {callee.qualname}() whose loops are compiled"))
                 break
     return found
+
+
+def _clear_of_own_markers(index: Index, found: List[_Found], notes: List[Note]) -> List[_Found]:
+    """The regions of a hand-instrumented script that autoitt can mark without crossing the script's
+    own markers: none of its ITT calls (ittapi's, itt-python's, ``torch.profiler.itt``'s) is inside the
+    region, nor in a function of this file the region calls. Tasks then nest whichever way the
+    script's own are placed: autoitt's wrap whole statements, the script's sit outside them or
+    inside functions they call."""
+    own = [node for node in index.all_calls if _is_itt(index, node)]
+    if not own:
+        return found
+    bearing = {id(function.node) for function in _functions_holding(index, own)}
+    kept: List[_Found] = []
+    for site, role, reason in found:
+        start, end = site.node.lineno, site.node.end_lineno or site.node.lineno
+        inside = next((node for node in own if start <= node.lineno <= end), None)
+        called = None
+        if inside is None:
+            called = next((callee for call in index.block_calls([site.node], enter_loops=True)
+                           for callee in [index.resolve(call, site.function)]
+                           if callee is not None and id(callee.node) in bearing), None)
+        if inside is None and called is None:
+            kept.append((site, role, reason))
+            continue
+        why = (f"{dotted(inside.func)}() at line {inside.lineno}" if inside is not None
+               else f"{called.qualname}(), which makes ITT calls")
+        notes.append(Note(start, f"{role} {'call' if site.call is not None else 'loop'} left to the script's own "
+                                 f"markers: it holds {why}"))
+    return kept
+
+
+def _is_itt(index: Index, node: ast.Call) -> bool:
+    resolved = index.imports.resolve(node.func) or ""
+    head = resolved.rpartition(".")[0]
+    return (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE
+            or head.endswith(".profiler.itt") and head.split(".")[0] == "torch")
+
+
+def _functions_holding(index: Index, calls: List[ast.Call]) -> List[Function]:
+    """The functions of this file whose own bodies hold any of ``calls``."""
+    lines = [node.lineno for node in calls]
+    return [f for f in index.functions.values()
+            if any(f.node.lineno <= line <= (f.node.end_lineno or f.node.lineno) for line in lines)]
 
 
 def _instrumented_by(source: Source, index: Index) -> Optional[str]:

@@ -78,7 +78,7 @@ def instrument(source: Source, mode: Mode = Mode(), *, stem: Optional[str] = Non
     script_stem = stem or name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     while True:
         plan = make_plan(detection, mode, name.rsplit("/", 1)[-1], script_stem, controls_collection)
-        if detection.already_instrumented or plan.empty:
+        if plan.empty:
             outcome = Outcome.ALREADY_INSTRUMENTED if detection.already_instrumented else Outcome.NOTHING_TO_DO
             return Result(source, detection, plan, outcome, None, LineMap.identity(count_lines(source.text)))
         from ._rewrite import rewrite_module  # libcst is only imported when there is something to insert

@@ -205,16 +205,29 @@ def _receiver_and_path(func: "cst.CSTNode", length: int) -> Optional[Tuple[str, 
 
 
 def itt_import_name(module: "cst.Module") -> Optional[str]:
-    """The name a copy binds ``ittapi.compat`` to (``itt``), or ``None`` when it has no such import."""
+    """The name a copy binds ``ittapi.compat`` to (``itt``), or ``None`` when it has no such import.
+
+    A copy of a script that imports ``ittapi.compat`` itself holds two such
+    imports: the copy's is the one its runtime wraps (``itt = _autoitt_Collection(itt)``).
+    Copies made before the runtime existed hold only their own.
+    """
     import libcst as cst
 
+    names = []
     for statement in module.body:
         small = _single(statement, cst.Import)
         for alias in small.names if small is not None else ():
             if (dotted(alias.name) == ITT_MODULE and alias.asname is not None
                     and isinstance(alias.asname.name, cst.Name)):
-                return alias.asname.name.value
-    return None
+                names.append(alias.asname.name.value)
+    if len(names) > 1:
+        runtimes = set(_runtime_names(module))
+        for statement in module.body:
+            target, call = _assigned_name(statement), _assigned_call(statement)
+            if (target in names and call is not None and dotted(call.func) in runtimes and call.args
+                    and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == target):
+                return target
+    return names[0] if names else None
 
 
 class MarkerMatcher:
@@ -293,8 +306,12 @@ class MarkerMatcher:
         return bool(final) and all(self.is_marker(s) for s in final) and any(self.is_task_marker(s) for s in final)
 
     def is_itt_import(self, statement: "cst.CSTNode") -> bool:
+        """``import ittapi.compat as <itt>``: the copy's own, not one of the script's."""
         small = _single(statement, self._cst.Import)
-        return small is not None and [dotted(a.name) for a in small.names] == [ITT_MODULE]
+        if small is None or [dotted(a.name) for a in small.names] != [ITT_MODULE]:
+            return False
+        asname = small.names[0].asname
+        return asname is not None and isinstance(asname.name, self._cst.Name) and asname.name.value == self.itt
 
     def is_header(self, statement: "cst.CSTNode") -> bool:
         """One of the header's statements: the ittapi or window import, or an assignment of

@@ -12,6 +12,7 @@ regions with their labels, the step labels.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Tuple
 
@@ -59,7 +60,7 @@ class Plan:
     regions: Tuple[Region, ...]
     edits: Tuple[Edit, ...]
     markers: Markers
-    #: (module, name-or-None, asname-or-None) for libcst's AddImportsVisitor
+    #: (module, name-or-None, asname-or-None): the import statements the rewrite places
     imports: Tuple[Tuple[str, Optional[str], Optional[str]], ...]
     #: module-level statements placed right after the ittapi import
     header: Tuple[str, ...]
@@ -95,9 +96,19 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
     notes: List[Note] = list(detection.notes)
     regions = detection.regions
     domain = mode.domain_for(script_stem)
-    if not regions or detection.already_instrumented:
+    if not regions or detection.already_instrumented == "autoitt":
         return Plan(source_name, domain, regions, (), Markers(), (), (), "", tuple(notes))
 
+    if detection.by_hand:
+        # Instrumented by hand: the script's own resume/pause decide what is collected, so autoitt's
+        # regions only add tasks (no resume/pause, no emit_itt, no collection window).
+        controls_collection = False
+        notes.append(Note(None, f"instrumented by {detection.already_instrumented}: autoitt adds tasks only where "
+                                "they cannot cross the script's own markers, and leaves collection to them"))
+        if mode.windowed:
+            notes.append(Note(None, "--skip-steps/--steps not applied: the script controls collection with its "
+                                    "own ITT markers"))
+            mode = dataclasses.replace(mode, skip_steps=0, steps=None)
     torch_ref = None
     if detection.uses_torch and mode.torch_ops:
         if detection.torch_profiler is not None:
