@@ -9,8 +9,10 @@ VTune can record:
   step ``skip_steps + 1`` (steps counted across epochs and loops), and every
   task then open (the epoch, the loop, the step itself) is begun right after
   the resume, so no task is begun while collection is paused;
-* after step ``skip_steps + steps`` ends, every task still open is ended, then
-  collection pauses; their own ends later are no-ops;
+* after step ``skip_steps + steps`` ends, every task still open in that thread
+  is ended, then collection pauses; their own ends later are no-ops. Tasks
+  other threads have open are ended by those threads (ITT ends tasks on the
+  calling thread), so the pause waits for the last of them;
 * ``pause()`` from the script ends a training region; when the last region
   running in the process (any thread) ends, the window closes if it is open.
 
@@ -53,6 +55,10 @@ class _WindowState:
         self.closed = False
         #: training regions running now, in every thread
         self.regions = 0
+        #: tasks passed to ITT and not yet ended, in every thread
+        self.begun = 0
+        #: the window closed while other threads still had begun tasks: pause when they end them
+        self.pause_pending = False
 
 
 #: One state per window, so an entry script and the modules it imports count steps together.
@@ -161,8 +167,10 @@ class CollectionWindow:
         task = stack.pop()
         with state.lock:
             if task.begun:
-                task.begun = False
-                state.itt.task_end(task.domain)
+                self._end(task)
+                if state.pause_pending and state.begun == 0:
+                    state.pause_pending = False
+                    state.itt.pause()
             if (
                 task.name in state.step_tasks
                 and state.collecting
@@ -175,15 +183,27 @@ class CollectionWindow:
         if not task.begun:
             task_begin(task.domain, task.name)
             task.begun = True
+            self._s.begun += 1
+
+    def _end(self, task: _Task) -> None:
+        task.begun = False
+        self._s.begun -= 1
+        self._s.itt.task_end(task.domain)
 
     def _close(self) -> None:
+        """End this thread's open tasks and stop beginning new ones; pause once no thread has a task
+        open. ITT ends a task on the thread that calls it, so another thread's tasks can only be
+        ended by that thread: collection runs on until it has (its next task end, at the latest
+        when its own loop ends)."""
         for task in reversed(self._stack()):
             if task.begun:
-                task.begun = False
-                self._s.itt.task_end(task.domain)
-        self._s.itt.pause()
+                self._end(task)
         self._s.collecting = False
         self._s.closed = True
+        if self._s.begun == 0:
+            self._s.itt.pause()
+        else:
+            self._s.pause_pending = True
 
 
 def _warn_if_never_opened(state: _WindowState) -> None:

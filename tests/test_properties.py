@@ -978,3 +978,12 @@ def test_the_grammar_reaches_every_shape():
     missing = [label for label in [*wanted, "expects step", "def", "gen", "coro", "agen", "thread"]
                if not seen.get(label)]
     assert not missing, (missing, seen)
+
+
+def test_a_script_binding_its_own_collection_keeps_that_line():
+    # Found in review: the matcher took any `x = Collection(...)` for a header line, so a
+    # script with `from collections import Counter as Collection` failed the safety check.
+    source = b'from collections import Counter as Collection\nx = Collection("ab")\n' + STEP_LOOP
+    result = instrument_source(source, "coll.py")
+    assert result.outcome is Outcome.INSTRUMENTED
+    assert transforms.strip_markers(result.output, "coll_itt.py") == source

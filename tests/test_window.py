@@ -124,3 +124,36 @@ def test_window_copy_imports_the_window_runtime_and_keeps_marker_lines():
 def test_mode_rejects_impossible_windows(bad):
     with pytest.raises(ValueError):
         Mode(**bad)
+
+
+THREADED = textwrap.dedent(
+    '''
+    class Optimizer:
+        def step(self):
+            barrier.wait()  # both threads step in lock-step, so the window closes amid the other's tasks
+
+    optimizer = Optimizer()
+
+    def train(epochs, steps):
+        for epoch in range(epochs):
+            for step in range(steps):
+                optimizer.step()
+    '''
+)
+
+
+def test_a_window_closing_while_another_thread_trains_pauses_after_that_threads_tasks_end(monkeypatch):
+    import threading
+
+    result = instrument_source(THREADED.encode(), "threaded.py", Mode(skip_steps=3, steps=4))
+    recorder = Recorder().install(monkeypatch)
+    namespace: dict = {"__name__": "threaded", "barrier": threading.Barrier(2, timeout=10)}
+    exec(compile(result.output, "threaded_itt.py", "exec"), namespace)
+    atexit.unregister(window._warn_if_never_opened)
+    threads = [threading.Thread(target=namespace["train"], args=(3, 4)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorder.assert_balanced()  # and the recorder fails any task begun or ended while paused
+    assert recorder.names("pause") == [None] and recorder.names("resume") == [None]

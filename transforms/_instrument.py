@@ -87,7 +87,7 @@ def instrument(source: Source, mode: Mode = Mode(), *, stem: Optional[str] = Non
         too_deep = _compile(rewritten, name)
         if too_deep is None:
             break
-        detection = _unmark_for_depth(detection, rewritten.line_map().original_line(too_deep))
+        detection = _unmark_for_depth(detection, rewritten.line_map().original_line(too_deep), name)
     _check_safety(rewritten, source.data, name, plan)
     return Result(source, detection, plan, Outcome.INSTRUMENTED, rewritten.output, rewritten.line_map())
 
@@ -111,17 +111,21 @@ def _compile(rewritten, name: str) -> Optional[int]:
     return None
 
 
-def _unmark_for_depth(detection: Detection, line: int) -> Detection:
+def _unmark_for_depth(detection: Detection, line: int, name: str) -> Detection:
     """``detection`` less one region around ``line``, so the copy nests less deeply.
 
     The markers of a region wrap it in ``try`` blocks (and ``with emit_itt``):
     where that exceeds Python's limit, an intermediate region (neither the
     outermost, which controls collection, nor a step loop) is left unmarked,
-    the innermost first; when none is left, every region of the file is.
+    the innermost first; when none is left, every region around ``line`` is.
+    Regions elsewhere in the file keep their markers.
     """
     around = [r for r in detection.regions if r.line <= line <= r.end_line]
     spare = [r for r in around if not r.outermost and r.role != "step"]
-    dropped = [max(spare, key=lambda r: r.line)] if spare else list(detection.regions)
+    dropped = [max(spare, key=lambda r: r.line)] if spare else around
+    if not dropped:
+        # Only markers can push the copy past the limit (the original compiles), so this is autoitt's bug.
+        raise RewriteError(f"{name}: the copy nests too deeply at line {line}, which no region covers")
     notes = [Note(r.line, f"{r.role} {'call' if r.kind == 'call' else 'loop'} left unmarked: with its markers the "
                           "code here would nest deeper than Python allows (20 blocks)") for r in dropped]
     return dataclasses.replace(detection, regions=tuple(r for r in detection.regions if r not in dropped),

@@ -243,8 +243,9 @@ class MarkerMatcher:
         self._cst = cst
         self.itt = itt
         self.domain = domain
-        #: the names the copy's header binds runtime classes to (earlier copies: the class's own)
-        self.runtime = frozenset(runtime) | {RUNTIME_CLASS, WINDOW_CLASS}
+        #: the names the copy's header binds runtime classes to (earlier copies: the class's own name,
+        #: as their import says); never a name merely spelled like one (a script's own ``Collection``)
+        self.runtime = frozenset(runtime)
 
     @classmethod
     def for_copy(cls, module: "cst.Module") -> Optional["MarkerMatcher"]:
