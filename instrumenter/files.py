@@ -10,6 +10,7 @@ output was made from. What a command does with its result at all is its
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass
@@ -203,8 +204,9 @@ def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> N
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode_from is not None:
-            os.chmod(handle.name, stat.S_IMODE(mode_from.stat().st_mode))
+        # NamedTemporaryFile makes the file 0600: without a mode to copy, give it the one a plain
+        # open() would (0666 less the umask), so a colleague can read a shared result folder.
+        os.chmod(handle.name, stat.S_IMODE(mode_from.stat().st_mode) if mode_from is not None else 0o666 & ~_umask())
         os.replace(handle.name, path)
     except BaseException:
         try:
@@ -212,6 +214,14 @@ def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> N
         except OSError:
             pass
         raise
+
+
+@functools.lru_cache(maxsize=None)
+def _umask() -> int:
+    # The only portable way to read the umask is to set it; set it straight back, once per process.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def copy_backup(script: Path, backup: Path) -> None:

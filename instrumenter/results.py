@@ -77,7 +77,11 @@ def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:
     if not path.is_file():
         raise SourceError(str(folder), f"not an autoitt result folder (no {name})")
     try:
-        return build(json.loads(path.read_text()))
+        text = path.read_text()
+    except OSError as exc:  # someone else's folder, written with a umask that keeps others out
+        raise SourceError(str(path), f"cannot be read: {exc.strerror}") from None
+    try:
+        return build(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
         raise SourceError(str(path), f"unreadable: {exc}") from None
 

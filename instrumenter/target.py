@@ -16,6 +16,7 @@ The rules a user's shell and scheduler rely on:
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -27,20 +28,32 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child, before exec
-    """In the child: be sent SIGTERM when autoitt, the parent, goes away."""
+def _death_signal_setter():
+    """A preexec function that asks Linux to send the child SIGTERM when autoitt goes away; ``None``
+    where that cannot be asked. ``prctl`` is looked up here, before the fork: the child between fork
+    and exec should only call it."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass  # not Linux: the target may outlive autoitt, as any child can
+        return None  # the target may outlive autoitt, as any child can
+    parent = os.getpid()
+
+    def die_with_parent() -> None:  # pragma: no cover - runs in the forked child, before exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            # autoitt died between the fork and prctl: the signal was never going to come.
+            os._exit(128 + signal.SIGTERM)
+
+    return die_with_parent
 
 
 def start(command: List[str], **popen) -> subprocess.Popen:
     """Start ``command`` tied to autoitt's life (see the module docstring); ``popen`` as for Popen."""
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    return subprocess.Popen(command, preexec_fn=preexec, **popen)
+    return subprocess.Popen(command, preexec_fn=_death_signal_setter(), **popen)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -285,6 +288,25 @@ def test_a_trace_file_that_cannot_be_read_is_named_and_skipped(torch_run, tmp_pa
     again = json.loads(done.stdout)
     assert any(w.startswith("itt-999999.bin: ") and w.endswith("skipped") for w in again["warnings"])
     assert again["steps"] == summary["steps"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become another user")
+def test_another_user_can_report_a_result_folder(torch_run, tmp_path_factory):
+    """Result files get the mode a plain write would give (umask 022: readable by all), and
+    ``autoitt report`` by a user who cannot write the folder still summarizes it."""
+    folder, summary, _ = torch_run
+    shared = Path(tempfile.mkdtemp(prefix="autoitt-shared-")) / "result"
+    try:
+        shutil.copytree(folder, shared)  # out of pytest's root-only tmp folder, modes kept
+        os.chmod(shared.parent, 0o755)
+        assert all(p.stat().st_mode & 0o044 == 0o044 for p in folder.glob("*.json"))
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               sys.executable, "-m", "instrumenter", "report", "--json", str(shared)],
+                              capture_output=True, text=True, cwd="/", timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["steps"] == summary["steps"]
+    finally:
+        shutil.rmtree(shared.parent)
 
 
 def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch, capsys):

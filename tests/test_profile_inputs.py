@@ -131,3 +131,36 @@ def test_a_script_instrumented_by_hand_gets_autoitt_steps_inside_its_own_tasks(w
     notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])
     line = 12 if resumes else 11
     assert f"epoch loop left to the script's own markers: it holds itt.task_begin() at line {line}" in notes
+
+
+def test_a_disk_that_fills_during_the_run_still_gets_its_summary(work, monkeypatch):
+    """Simulated ENOSPC on the post-run write of run.json: the run's records are summarized."""
+    import errno
+
+    from instrumenter.results import RunRecord
+
+    saves = []
+    original = RunRecord.save
+
+    def save(self, folder):
+        saves.append(self)
+        if len(saves) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, folder)
+
+    monkeypatch.setattr(RunRecord, "save", save)
+    (work / "train.py").write_text(STEP_LOOP)
+    result = invoke("profile", "--backend", "builtin", "-r", "out", "train.py")
+    assert result.exit_code == 0, result.output
+    assert json.loads((work / "out" / "summary.json").read_text())["steps"][0]["count"] == 2
+    assert "could not record how the run ended" in result.stderr and "No space left on device" in result.stderr
+
+
+def test_a_launcher_not_on_path_is_an_input_error_that_leaves_nothing(work):
+    (work / "train.py").write_text(STEP_LOOP)
+    before = snapshot(work)
+    result = invoke("profile", "--backend", "builtin", "--launcher", "no-such-torchrun --nproc_per_node 2",
+                    "train.py")
+    assert result.exit_code == 2
+    assert "no-such-torchrun: --launcher: not found on PATH" in result.stderr
+    assert snapshot(work) == before

@@ -297,18 +297,27 @@ def enter_child(path: str) -> None:
 
     The child imports the script again as ``__mp_main__`` (from the original's
     path, which it gets from the parent): multiprocessing's hook for that runs
-    the script's copy instead, compiled under the original's name and lines.
+    the script's copy instead, compiled under the original's name and lines,
+    and only then installs the copies of its modules, so the children of
+    another script (run by the profiled one) import what they would without
+    autoitt.
     """
     import multiprocessing.spawn as spawn
 
     instrumentation = _Instrumentation(path)
-    _install(instrumentation)
     entry, copy = os.path.realpath(instrumentation.entry["path"]), instrumentation.entry["runs"]
     original_fixup = spawn._fixup_main_from_path
+    installed = []  # a forkserver's children inherit it with the rest of the process
 
     def fixup_main_from_path(main_path):
+        if os.path.realpath(main_path) != entry:
+            # The child of another script (one the profiled script ran with subprocess, say): as without autoitt.
+            return original_fixup(main_path)
+        if not installed:
+            _install(instrumentation)
+            installed.append(True)
         current = sys.modules["__main__"]
-        if copy is None or os.path.realpath(main_path) != entry or getattr(current, "__file__", None) == main_path:
+        if copy is None or getattr(current, "__file__", None) == main_path:
             return original_fixup(main_path)
         spawn.old_main_modules.append(current)
         main = types.ModuleType("__mp_main__")

@@ -17,7 +17,8 @@ def _autoitt() -> None:
     import sys
 
     path = os.environ.get("AUTOITT_INSTRUMENTATION")
-    argv = getattr(sys, "orig_argv", sys.argv)
+    # sys.orig_argv (3.10+): for `python -c CODE`, sys.argv holds only "-c".
+    argv = sys.orig_argv
     child = "--multiprocessing-fork" in argv or any("from multiprocessing." in arg for arg in argv)
     if not path or not child:
         return
