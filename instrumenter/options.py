@@ -38,19 +38,64 @@ def parse_analyses(text: str) -> Tuple[str, ...]:
     return tuple(name for name in ANALYSES if name in names)
 
 
-def under_launcher(launcher: Sequence[str], command: Sequence[str]) -> Tuple[str, ...]:
-    """``command`` (``python SCRIPT ARGS``) run by ``launcher``, one process per rank.
+#: ``python -m torch.distributed.run`` is torchrun; ``torch.distributed.launch`` its deprecated form.
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+#: torchrun's flag for "run the program as it is, not as a Python script" (both spellings are torchrun's).
+NO_PYTHON = ("--no-python", "--no_python")
+
+
+def torchrun_at(launcher: Sequence[str]) -> Optional[int]:
+    """Where torchrun's own options begin in ``launcher``, or None if torchrun is not in it.
+
+    torchrun may follow another launcher's words (``srun -N 2 torchrun ...``,
+    ``mpirun -n 1 python -m torch.distributed.run ...``), so every word is
+    looked at: a ``torchrun`` executable, or ``-m`` with torchrun's module.
+    """
+    for i, word in enumerate(launcher):
+        if Path(word).name == "torchrun":
+            return i + 1
+        if word == "-m" and i + 1 < len(launcher) and launcher[i + 1] in TORCHRUN_MODULES:
+            return i + 2
+    return None
+
+
+def under_launcher(launcher: Sequence[str], command: Sequence[str], *, python: bool = True) -> Tuple[str, ...]:
+    """``command`` run by ``launcher``, one process per rank.
 
     ``mpirun``, ``srun`` and the like start any program: ``mpirun -n 2 python
-    ...``. torchrun (``python -m torch.distributed.run``) starts a Python
-    script with its own interpreter: the interpreter is left out.
+    ...``. torchrun starts a Python script with its own interpreter unless
+    given ``--no-python``, so under torchrun:
+
+    * ``python`` (``command`` is ``python SCRIPT ARGS``): the interpreter is
+      left out and torchrun's runs the script, as torchrun is used; if the user
+      gave ``--no-python``, ``command`` is kept whole (torchrun runs it as it is);
+    * otherwise (``command`` is a program, ``vtune ...``): ``--no-python`` is
+      added right after the torchrun word unless the user gave it, since
+      torchrun would run the program as a Python script.
     """
-    if not launcher:
-        return tuple(command)
-    torchrun = Path(launcher[0]).name == "torchrun" or any(
-        launcher[i] == "-m" and launcher[i + 1] in ("torch.distributed.run", "torch.distributed.launch")
-        for i in range(len(launcher) - 1))
-    return (*launcher, *(command[1:] if torchrun else command))
+    at = torchrun_at(launcher)
+    if at is None or any(word in NO_PYTHON for word in launcher[at:]):
+        return (*launcher, *command)
+    if python:
+        return (*launcher, *command[1:])
+    return (*launcher[:at], NO_PYTHON[0], *launcher[at:], *command)
+
+
+def vtune_launcher_problem(launcher: Sequence[str]) -> Optional[str]:
+    """Why ``launcher`` cannot run vtune per rank, or None.
+
+    vtune needs ``--no-python`` under torchrun; the deprecated
+    ``torch.distributed.launch`` refuses it without ``--use-env`` (it would
+    otherwise pass ``--local-rank`` to the program), and adding ``--use-env``
+    for the user would change what their script is given.
+    """
+    at = torchrun_at(launcher)
+    if at is None or launcher[at - 1] != "torch.distributed.launch":
+        return None
+    if any(word in ("--use-env", "--use_env") for word in launcher[at:]):
+        return None
+    return ("torch.distributed.launch runs only Python scripts unless given --use-env (the script then reads its "
+            "local rank from LOCAL_RANK, not --local-rank); add --use-env, or use torchrun")
 
 
 def split_args(values: Sequence[str]) -> Tuple[str, ...]:

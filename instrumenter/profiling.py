@@ -10,6 +10,7 @@ the backend reads its results into a :class:`~instrumenter.summary.Summary`
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -22,7 +23,7 @@ from .builtin import BuiltinBackend
 from .files import Output
 from .instrumentation import FILE as INSTRUMENTATION_FILE
 from .instrumentation import FileRecord, Instrumentation, digest
-from .options import ProfileOptions
+from .options import ProfileOptions, vtune_launcher_problem
 from .project import Project, ProjectFile, load_project
 from .results import RunRecord, new_result_dir
 from .vtune import VTuneBackend, find_vtune
@@ -68,6 +69,11 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
     backend, why = choose_backend(options.backend)
+    if options.launcher and shutil.which(options.launcher[0]) is None:
+        raise SourceError(options.launcher[0], "--launcher: not found on PATH")
+    problem = vtune_launcher_problem(options.launcher) if backend.name == VTuneBackend.name else None
+    if problem:
+        raise SourceError(options.launcher[0], f"--launcher: {problem}")
     project = load_project(script, options.mode)
     folder = new_result_dir(script, options.result_dir)
     say(f"backend: {why}")
@@ -81,7 +87,12 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     record.save(folder)  # before the run, so a run that never ends can still be reported
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
     record = record.ended(finished.exit_code, finished.elapsed_s)
-    record.save(folder)
+    try:
+        record.save(folder)
+    except OSError as exc:
+        # A full disk (or quota) after the run: what the run recorded is still worth summarizing.
+        say(f"warning: could not record how the run ended in {folder / 'run.json'}: {exc.strerror}; "
+            "`autoitt report` will show it as still running")
     return Profile(folder, record, instrumentation, backend)
 
 

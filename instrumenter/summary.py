@@ -16,12 +16,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 @dataclass(frozen=True)
 class TaskStats:
+    """One task (domain, name). A task that nests in itself on a thread (recursion) has each instance in
+    ``count``, ``mean_s``, ``min_s`` and ``max_s``, but its time once in ``total_s`` and ``share``."""
+
     domain: str
     name: str
-    count: int
-    total_s: float
-    self_s: float
-    mean_s: float
+    count: int  # instances (begins)
+    total_s: float  # time inside at least one instance, summed over threads
+    self_s: float  # time inside an instance but in none of its child tasks
+    mean_s: float  # of an instance's duration
     min_s: float
     max_s: float
     share: float  # total, of the summary's thread time
@@ -76,7 +79,7 @@ class Summary:
     warnings: List[str]
     #: the time threads spent inside tasks, summed over threads (what a task's share is of)
     thread_time_s: float = 0.0
-    #: a multi-process run's ranks (empty when no process has one) and its stragglers
+    #: a multi-process run's ranks (empty unless processes have two distinct ranks or more) and its stragglers
     ranks: List[RankStats] = field(default_factory=list)
     stragglers: List[Straggler] = field(default_factory=list)
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.

@@ -25,15 +25,20 @@ from instrumenter.builtin.tracefile import Event, ProcessTrace, TraceFormatError
 ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")
 
 
-def target_env(trace_dir: Path, start_paused: bool = False, **extra: str) -> Dict[str, str]:
+def target_env(trace_dir: Path, start_paused: bool = False, **extra: Optional[str]) -> Dict[str, str]:
+    """This process's environment with the collector's variables, and ``extra`` (``None``: taken out)."""
     env = {k: v for k, v in os.environ.items() if k not in ITT_VARIABLES}
     env.update(environment(trace_dir, start_paused=start_paused))
-    env.update(extra)
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 
 def run_target(tmp_path: Path, code: str, start_paused: bool = False, expect_rc: int = 0,
-               timeout: float = 60, **extra: str) -> Tuple[subprocess.CompletedProcess, Path]:
+               timeout: float = 60, **extra: Optional[str]) -> Tuple[subprocess.CompletedProcess, Path]:
     script = tmp_path / "target.py"
     script.write_text(textwrap.dedent(code))
     traces = tmp_path / "traces"
@@ -460,3 +465,51 @@ def test_a_signal_the_program_handles_itself_is_left_to_it(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
         """, expect_rc=7)
     assert len([e for e in only_trace(traces).events if e.kind == "begin"]) == 1
+
+
+# --------------------------------------------------------------------------- ranks
+
+#: What launchers set; a test names the ones its process has, the others are taken out of its environment.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                      "SLURM_NPROCS")
+
+
+def recorded_rank(tmp_path: Path, **variables: str) -> Optional[int]:
+    """The rank the collector writes for a process started with exactly these launcher variables."""
+    launcher = {name: variables.get(name) for name in LAUNCHER_VARIABLES}
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        d = itt.domain_create("ranked")
+        itt.task_begin(d, "step"); itt.task_end(d)
+    """, **launcher)
+    return only_trace(traces).rank
+
+
+@pytest.mark.parametrize("variables, rank", [
+    ({}, None),
+    ({"RANK": "3", "LOCAL_RANK": "1", "OMPI_COMM_WORLD_RANK": "5"}, 3),
+    ({"LOCAL_RANK": "1"}, 1),
+    ({"LOCAL_RANK": "1", "OMPI_COMM_WORLD_RANK": "5", "PMI_RANK": "4"}, 1),
+    ({"OMPI_COMM_WORLD_RANK": "5", "PMI_RANK": "4"}, 5),
+    ({"PMI_RANK": "4", "SLURM_PROCID": "6", "SLURM_NTASKS": "8"}, 4),
+], ids=["none", "RANK first", "LOCAL_RANK alone", "LOCAL_RANK before MPI", "Open MPI before PMI", "PMI before Slurm"])
+def test_the_rank_is_the_first_launcher_variable_set(tmp_path, variables, rank):
+    assert recorded_rank(tmp_path, **variables) == rank
+
+
+@pytest.mark.parametrize("variables", [{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, {"SLURM_PROCID": "0"},
+                                       {"SLURM_PROCID": "0", "SLURM_NPROCS": "1"}],
+                         ids=["one task", "no task count", "one task (SLURM_NPROCS)"])
+def test_slurm_procid_of_a_single_task_job_is_no_rank(tmp_path, variables):
+    assert recorded_rank(tmp_path, **variables) is None
+
+
+@pytest.mark.parametrize("variables", [{"SLURM_PROCID": "2", "SLURM_NTASKS": "4"},
+                                       {"SLURM_PROCID": "2", "SLURM_NPROCS": "4"}], ids=["SLURM_NTASKS", "SLURM_NPROCS"])
+def test_slurm_procid_is_the_rank_when_the_job_runs_several_tasks(tmp_path, variables):
+    assert recorded_rank(tmp_path, **variables) == 2
+
+
+@pytest.mark.parametrize("value", ["", "x", "-1", " 1", "1.0", "4294967295"])
+def test_a_rank_variable_that_is_not_a_rank_is_passed_over(tmp_path, value):
+    assert recorded_rank(tmp_path, RANK=value, LOCAL_RANK="2") == 2

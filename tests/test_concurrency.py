@@ -167,6 +167,14 @@ def test_a_region_reentered_on_its_thread_runs_as_the_original_does(tmp_path, py
     assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", steps)]
 
 
+def test_a_region_reentered_by_recursion_keeps_every_share_within_thread_time(tmp_path):
+    """train(3) runs its step loop inside its own step loop three levels deep: each level's time counts once."""
+    summary, _ = _profile(tmp_path, RECURSION.replace("print(train(2))", "print(train(3))"))
+    assert all(task["share"] <= 1.0 + 1e-9 for task in summary["tasks"]), summary["tasks"]
+    loop = next(task for task in summary["tasks"] if task["name"] == "step_loop")
+    assert loop["count"] == 15 and loop["total_s"] == loop["max_s"]  # the outermost loop holds the others
+
+
 def test_a_task_name_gets_one_string_handle_however_often_it_begins(monkeypatch):
     import ittapi.compat
     import ittapi.native

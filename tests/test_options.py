@@ -6,9 +6,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from instrumenter.cli import cli
+from instrumenter.options import under_launcher, vtune_launcher_problem
 from tests.conftest import SAMPLES
 from transforms import MAX_PT_REGIONS, Mode, Outcome, instrument_source, strip_markers
 
@@ -149,3 +151,69 @@ def test_code_too_deep_even_for_one_region_is_left_as_it_is():
     result = instrument_source(deepest, "deepest.py")
     assert result.outcome is Outcome.NOTHING_TO_DO and result.output is None
     assert any("nest deeper than Python allows" in note.message for note in result.plan.notes)
+
+
+def test_code_too_deep_in_one_function_leaves_the_other_functions_marked():
+    deep = b"def main():\n" + b"".join(b"    " * (depth + 1) + f"with c{depth}:\n".encode() for depth in range(18)) + \
+        b"    " * 19 + b"for step in range(2):\n" + b"    " * 20 + b"loss.backward()\n"
+    shallow = b"\n\ndef train():\n    for step in range(2):\n        loss.backward()\n"
+    result = instrument_source(deep + shallow, "deep2.py")
+    compile(result.output, "deep2_itt.py", "exec")
+    train_line = deep.count(b"\n") + 4
+    assert [(r.line, r.function) for r in result.regions] == [(train_line, "train")]
+    notes = [note.line for note in result.plan.notes if "nest deeper than Python allows" in note.message]
+    assert notes == [20]
+    assert strip_markers(result.output, "deep2_itt.py") == deep + shallow
+
+
+# -- command lines under --launcher (pure: nothing runs) -----------------------------------------------------------
+
+#: What autoitt runs per rank: its interpreter running its launcher script, which runs the copy as the script.
+TARGET = ("/venv/bin/python", "/autoitt/launch/__main__.py", "/runs/t-1/train_itt.py", "train.py", "--epochs", "1")
+VTUNE_COMMAND = ("/opt/vtune", "-collect", "hotspots", "--", *TARGET)
+
+
+def test_torchrun_after_srun_is_given_the_script_not_the_interpreter():
+    assert under_launcher(["srun", "-N", "2", "torchrun", "--nnodes", "2"], TARGET) == (
+        "srun", "-N", "2", "torchrun", "--nnodes", "2", *TARGET[1:])
+
+
+def test_torchrun_after_mpirun_is_given_the_script_not_the_interpreter():
+    assert under_launcher(["mpirun", "-n", "1", "/opt/bin/torchrun"], TARGET) == (
+        "mpirun", "-n", "1", "/opt/bin/torchrun", *TARGET[1:])
+
+
+def test_torch_distributed_run_as_a_module_is_torchrun():
+    launcher = ["srun", "python", "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    assert under_launcher(launcher, TARGET) == (*launcher, *TARGET[1:])
+
+
+@pytest.mark.parametrize("flag", ["--no-python", "--no_python"])
+def test_a_users_no_python_makes_torchrun_run_autoitts_interpreter(flag):
+    assert under_launcher(["torchrun", flag, "--standalone"], TARGET) == ("torchrun", flag, "--standalone", *TARGET)
+
+
+def test_other_launchers_run_the_whole_command():
+    assert under_launcher(["mpirun", "-n", "4"], TARGET) == ("mpirun", "-n", "4", *TARGET)
+    assert under_launcher(["srun", "-n", "4"], TARGET) == ("srun", "-n", "4", *TARGET)
+
+
+def test_a_program_under_torchrun_gets_no_python_right_after_the_torchrun_word():
+    assert under_launcher(["srun", "torchrun", "--standalone"], VTUNE_COMMAND, python=False) == (
+        "srun", "torchrun", "--no-python", "--standalone", *VTUNE_COMMAND)
+    assert under_launcher(["python", "-m", "torch.distributed.run", "--nproc_per_node", "2"], VTUNE_COMMAND,
+                          python=False) == ("python", "-m", "torch.distributed.run", "--no-python",
+                                            "--nproc_per_node", "2", *VTUNE_COMMAND)
+
+
+@pytest.mark.parametrize("flag", ["--no-python", "--no_python"])
+def test_a_program_under_torchrun_keeps_the_users_no_python_once(flag):
+    assert under_launcher(["torchrun", "--standalone", flag], VTUNE_COMMAND, python=False) == (
+        "torchrun", "--standalone", flag, *VTUNE_COMMAND)
+
+
+def test_torch_distributed_launch_runs_vtune_only_with_use_env():
+    assert "--use-env" in vtune_launcher_problem(["python", "-m", "torch.distributed.launch", "--nproc_per_node", "2"])
+    assert vtune_launcher_problem(["python", "-m", "torch.distributed.launch", "--use_env"]) is None
+    assert vtune_launcher_problem(["torchrun", "--standalone"]) is None
+    assert vtune_launcher_problem(["mpirun", "-n", "4"]) is None

@@ -195,14 +195,26 @@ def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
     assert {"rank 0", "rank 1"} <= names
 
 
-def test_the_children_environment_names_autoitts_site_folder_only_while_profiled(tmp_path):
-    """A child started with a clean environment (env -i, python -I) simply runs as it is."""
-    script = "import subprocess, sys\nprint(subprocess.run([sys.executable, '-I', '-c', 'print(42)'], " \
-             "capture_output=True, text=True).stdout)\n"
+def test_children_inherit_autoitts_site_folder_and_a_clean_child_runs_as_it_is(tmp_path):
+    """The script's environment names the site folder that makes its multiprocessing children run copies
+    (and the run's instrumentation.json); a child started with a clean environment (python -I) simply
+    runs as it is."""
+    script = textwrap.dedent(
+        """\
+        import os, subprocess, sys
+        first = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+        print("site folder:", os.path.basename(first), os.path.isfile(os.path.join(first, "sitecustomize.py")))
+        print("instrumentation:", os.path.basename(os.environ["AUTOITT_INSTRUMENTATION"]))
+        print(subprocess.run([sys.executable, "-I", "-c", "print(42)"], capture_output=True, text=True).stdout)
+        """)
     (tmp_path / "train.py").write_text(script)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AUTOITT_INSTRUMENTATION")}
     done = subprocess.run([sys.executable, "-m", "instrumenter", "profile", "--backend", "builtin", "-r", "out",
-                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "42" in done.stdout
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "site folder: site True" in done.stdout
+    assert "instrumentation: instrumentation.json" in done.stdout
+    assert "42" in done.stdout
 
 
 def test_an_mpirun_style_launcher_with_the_builtin_collector(tmp_path):
@@ -221,11 +233,73 @@ def test_an_mpirun_style_launcher_with_the_builtin_collector(tmp_path):
     assert "--launcher" not in done.stderr  # not a VTune-only option any more
 
 
+#: The variables a launcher sets; emptied (the collector passes over an empty one) unless a test sets them.
+NO_LAUNCHER = {name: "" for name in ("RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
+                                     "SLURM_NTASKS", "SLURM_NPROCS")}
+
+
+def _process_names(folder) -> set:
+    trace = json.loads((folder / "trace.json").read_text())["traceEvents"]
+    return {e["args"]["name"].split(" (")[0] for e in trace if e["name"] == "process_name"}
+
+
+@pytest.mark.parametrize("launcher", [{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, {"RANK": "0"}],
+                         ids=["single-task sbatch job", "one rank"])
+def test_a_single_process_with_a_launchers_rank_shows_nothing_rank_specific(tmp_path, launcher):
+    (tmp_path / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "train.py", cwd=tmp_path,
+                   env={**NO_LAUNCHER, **launcher})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "per rank" not in done.stdout and "Stragglers" not in done.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["ranks"], summary["stragglers"]) == ([], [])
+    assert _process_names(tmp_path / "out") == {"train.py"}
+
+
+LOCAL_RANK_LAUNCHER = textwrap.dedent(
+    """\
+    #!/usr/bin/env python3
+    # `launch -n N CMD...`: runs CMD once per rank, one after another, with only LOCAL_RANK set.
+    import os, subprocess, sys
+    n = int(sys.argv[2])
+    sys.exit(max(subprocess.call(sys.argv[3:], env={**os.environ, "LOCAL_RANK": str(rank)}) for rank in range(n)))
+    """
+)
+
+
+def test_local_rank_alone_gives_each_process_its_rank(tmp_path):
+    """A stand-in launcher that sets only LOCAL_RANK, as some single-node launchers do."""
+    launcher = tmp_path / "launch"
+    launcher.write_text(LOCAL_RANK_LAUNCHER)
+    launcher.chmod(0o755)
+    (tmp_path / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", f"{launcher} -n 2",
+                   "train.py", cwd=tmp_path, env=NO_LAUNCHER)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert [(rank["rank"], rank["steps"][0]["count"]) for rank in summary["ranks"]] == [(0, 3), (1, 3)]
+    assert _process_names(tmp_path / "out") == {"rank 0", "rank 1"}
+
+
 def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
-    """Spawned DataLoader workers import the script again (its copy, under the launcher's hook): the run works."""
+    """Spawned DataLoader workers import the script and its modules again: the copies, under the launcher's
+    hook. Each worker leaves a file saying which it got (a copy defines the domain variable)."""
     dataset = textwrap.dedent(
         """\
+        import os
+        import sys
+
         import torch
+
+
+        def warm_up(model, optimizer):  # a step loop, so this module has a copy; never called
+            for _ in range(1):
+                model(torch.ones(4)).sum().backward()
+                optimizer.step()
+
+
+        def _which(module_globals):
+            return "copy" if "_autoitt_domain" in module_globals else "original"
 
 
         class Ones(torch.utils.data.Dataset):
@@ -233,6 +307,9 @@ def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
                 return 8
 
             def __getitem__(self, index):
+                main = vars(sys.modules.get("__mp_main__", sys.modules["__main__"]))
+                seen = f"{os.getpid()}-main-{_which(main)}-module-{_which(globals())}"
+                open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seen", seen), "w").close()
                 return torch.ones(4)
         """)
     script = textwrap.dedent(
@@ -253,6 +330,38 @@ def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
                 optimizer.step()
             print("batches done")
         """)
+    (tmp_path / "seen").mkdir()
     summary, stderr = _profile(tmp_path, script, dataset=dataset)
     assert _steps(summary) == [("step", 4)]
-    assert summary["processes"] >= 1 and "batches done" in stderr
+    assert "batches done" in stderr
+    seen = {name.split("-", 1)[1] for name in os.listdir(tmp_path / "seen")}
+    assert seen == {"main-copy-module-copy"}
+    assert len({name.split("-")[0] for name in os.listdir(tmp_path / "seen")}) == 2  # both workers
+
+
+def test_a_child_of_another_script_runs_that_scripts_own_modules(tmp_path):
+    """The profiled script runs another script (subprocess), which spawns a worker: neither that script nor
+    the modules its worker imports are instrumented, as the README says."""
+    other = textwrap.dedent(
+        """\
+        import multiprocessing as mp
+
+        import trainer
+
+
+        def work(queue):
+            queue.put("_autoitt_domain" in vars(trainer))
+
+
+        if __name__ == "__main__":
+            context = mp.get_context("spawn")
+            queue = context.Queue()
+            worker = context.Process(target=work, args=(queue,))
+            worker.start()
+            print("worker imported a copy:", queue.get())
+            worker.join()
+        """)
+    script = "import subprocess, sys\nimport trainer\n" \
+             "print(subprocess.run([sys.executable, 'other.py'], capture_output=True, text=True).stdout)\n"
+    summary, stderr = _profile(tmp_path, script, other=other)
+    assert "worker imported a copy: False" in stderr

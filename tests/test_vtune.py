@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -97,6 +99,30 @@ def test_data_limit_is_always_passed():
 def test_a_launcher_wraps_vtune_not_the_target():
     command = collect_command(config(launcher=tuple(split_args(["mpirun -n 4"]))), "hotspots")
     assert command == ["mpirun", "-n", "4", *HOTSPOTS]
+
+
+def test_under_torchrun_vtune_runs_as_a_program_with_a_result_folder_per_rank():
+    """Checked against VTune's documented CLI (VTune cannot be installed here): torchrun runs ``vtune`` only with
+    ``--no-python`` (else it runs it as a Python script), and VTune names per-rank results only from MPI's
+    PMI_RANK, so each torchrun worker's shell gives ``-result-dir`` its ``$RANK``; vtune's arguments are otherwise
+    those of a run without a launcher."""
+    command = collect_command(config(launcher=("torchrun", "--standalone", "--nproc_per_node", "2")), "hotspots")
+    assert command[:7] == ["torchrun", "--no-python", "--standalone", "--nproc_per_node", "2", "sh", "-c"]
+    per_rank = [arg.replace("/runs/train-1/hotspots", "/runs/train-1/hotspots.$RANK") for arg in HOTSPOTS]
+    assert shlex.split(command[7]) == ["exec", *per_rank] and len(command) == 8
+
+
+def test_each_torchrun_ranks_shell_expands_its_rank_and_nothing_else(tmp_path):
+    target = ("/my venv/bin/python", "-m", "instrumenter.launch", "/r/c.py", "s.py", "$HOME", "it's")
+    spaced = VTuneConfig(vtune="/opt/my vtune/vtune", target=target, copy=Path("/r/c.py"), script=Path("/s/s.py"),
+                         results=tmp_path / "my results", launcher=("torchrun",))
+    command = collect_command(spaced, "uarch")
+    script = command[command.index("-c") + 1].replace("exec ", "exec printf '%s\\n' ", 1)  # print vtune's argv
+    argv = subprocess.run(["sh", "-c", script], env={"RANK": "3", "HOME": "/home/x"}, capture_output=True,
+                          text=True, check=True).stdout.splitlines()
+    assert argv[0] == "/opt/my vtune/vtune"
+    assert argv[argv.index("-result-dir") + 1] == str(tmp_path / "my results" / "uarch.3")
+    assert argv[argv.index("--") + 1:] == list(target)
 
 
 def test_paths_with_spaces_stay_single_arguments():
@@ -570,6 +596,28 @@ def test_a_launcher_runs_vtune_per_rank_and_every_rank_folder_is_read_back(tmp_p
     assert [(r["name"], r["rank"]) for r in results] == [("hotspots.0", "0"), ("hotspots.1", "1")]
     assert all(any(t["task"] == "step" for t in r["tasks"]) for r in results)
     assert len(list((tmp_path / "out" / "exit" / "hotspots").iterdir())) == 2  # one exit code per rank
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun")
+def test_torchrun_runs_vtune_per_rank_and_every_rank_folder_is_read_back(tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    done = autoitt("profile", "--json", "--analysis", "hotspots", "--launcher",
+                   f"{torchrun} --standalone --nproc_per_node 2", "-r", "out", "tiny.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)["vtune"]["analyses"][0]["results"]
+    assert [(r["name"], r["rank"]) for r in results] == [("hotspots.0", "0"), ("hotspots.1", "1")]
+    assert all(any(t["task"] == "step" for t in r["tasks"]) for r in results)
+    assert len(list((tmp_path / "out" / "exit" / "hotspots").iterdir())) == 2  # one exit code per rank
+
+
+def test_torch_distributed_launch_without_use_env_cannot_run_vtune(tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    done = autoitt("profile", "--backend", "vtune", "--launcher",
+                   f"{sys.executable} -m torch.distributed.launch --nproc_per_node 2", "-r", "out", "tiny.py",
+                   cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--use-env" in done.stderr and not (tmp_path / "out").exists()
 
 
 def test_vtune_options_with_the_builtin_backend_are_ignored_with_a_note(tmp_path):

@@ -1,7 +1,8 @@
 """``trace.json`` in Chrome's trace event format (ui.perfetto.dev, chrome://tracing).
 
 One track per thread, named; processes labelled (the script, its workers; in
-a multi-process run "rank N", with a rank's workers next to it);
+a multi-process run, :func:`~instrumenter.builtin.ranks.ranked`, "rank N",
+with a rank's workers next to it);
 tasks as complete (``X``) events with their ITT domain as category; resume
 and pause as instant events. Timestamps are microseconds from the first
 process's start.
@@ -11,20 +12,25 @@ from __future__ import annotations
 
 from typing import Iterable, List, Sequence
 
+from .ranks import ranked
+
 
 def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
     origin = min((t.start_ns for t in traces), default=0)
     events: List[dict] = []
     pids = {t.pid for t in traces}
+    # one rank alone (a leftover RANK=0, mpirun -n 1) is labelled as a plain run
+    with_ranks = ranked(traces)
     for trace in traces:
         worker = trace.ppid in pids
-        if trace.rank is not None:
-            label = f"rank {trace.rank}" + (f" worker (pid {trace.pid})" if worker else f" (pid {trace.pid})")
+        rank = trace.rank if with_ranks else None
+        if rank is not None:
+            label = f"rank {rank}" + (f" worker (pid {trace.pid})" if worker else f" (pid {trace.pid})")
         elif worker:
             label = f"worker process (pid {trace.pid}, parent {trace.ppid})"
         else:
             label = f"{script_name} (pid {trace.pid})"
-        order = 2 * (trace.rank if trace.rank is not None else 0) + (1 if worker else 0)
+        order = 2 * (rank if rank is not None else 0) + (1 if worker else 0)
         events.append({"ph": "M", "name": "process_name", "pid": trace.pid, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": trace.pid, "args": {"sort_index": order}})
         tids = {e.tid for e in trace.events} | set(trace.thread_names)

@@ -1,9 +1,12 @@
 """A multi-process run, rank by rank: step statistics per rank, and the stragglers.
 
 A process has a rank when a launcher gave it one (torchrun, MPI, Slurm: see
-the trace format); DataLoader workers forked by a rank share its rank. With
-ranks, the ith step of every rank is one step of the run: its time is set by
-the slowest rank, so per step the spread between the fastest and the slowest
+the trace format); DataLoader workers forked by a rank share its rank. A run
+is multi-rank when its processes have two distinct ranks or more: one rank
+alone (``mpirun -n 1``, ``RANK=0`` left in the environment) is a plain run,
+with nothing rank-specific in the summary or the Chrome trace. With ranks,
+the ith step of every rank is one step of the run: its time is set by the
+slowest rank, so per step the spread between the fastest and the slowest
 rank is time the others spent waiting (in an all-reduce, say).
 """
 
@@ -17,9 +20,16 @@ from ..summary import RankStats, Straggler
 from .taskstats import Interval, step_stats
 
 
+def ranked(traces: Iterable) -> bool:
+    """Whether the run is multi-rank: its processes have two distinct ranks or more."""
+    return len({trace.rank for trace in traces if trace.rank is not None}) >= 2
+
+
 def rank_stats(traces: Sequence, items: Sequence[Interval], step_labels: Iterable[str],
                domains: Optional[Iterable[str]]) -> List[RankStats]:
-    """Step statistics per rank, for the processes that have one (none: an empty list)."""
+    """Step statistics per rank, for the processes that have one; an empty list unless :func:`ranked`."""
+    if not ranked(traces):
+        return []
     rank_of = {trace.pid: trace.rank for trace in traces if trace.rank is not None}
     labels = list(step_labels)
     result = []

@@ -101,17 +101,43 @@ def thread_time_ns(items: Iterable[Interval]) -> int:
     return sum(item.duration for item in items if item.depth == 0)
 
 
+def covered_ns(items: Iterable[Interval]) -> int:
+    """The time spent inside at least one of ``items``, per thread, summed over threads.
+
+    An instance nested in another one (recursion: a task begun again before it
+    ended, on the same thread) adds nothing: that time is already inside the
+    outer instance. Intervals on a thread nest (one stack pairs them), so this
+    is the sum of the outermost instances; it is computed as a union anyway.
+    """
+    by_thread: Dict[Tuple[int, int], List[Interval]] = {}
+    for item in items:
+        by_thread.setdefault((item.pid, item.tid), []).append(item)
+    total = 0
+    for thread in by_thread.values():
+        covered_until = None
+        for item in sorted(thread, key=lambda i: i.start):
+            start = item.start if covered_until is None else max(item.start, covered_until)
+            if item.end > start:
+                total += item.end - start
+                covered_until = item.end
+    return total
+
+
 def task_stats(items: Sequence[Interval], thread_time: int) -> List[TaskStats]:
+    """Per (domain, name): count, mean, min and max over every instance (begin); total and share over
+    :func:`covered_ns`, so a recursive task's nested instances are not counted twice and its share stays
+    within 100 % of ``thread_time``; self time is each instance's own (disjoint between instances), summed.
+    """
     groups: Dict[Tuple[str, str], List[Interval]] = {}
     for item in items:
         groups.setdefault((item.domain, item.name), []).append(item)
     stats = []
     for (domain, name), group in groups.items():
         durations = [i.duration for i in group]
-        total = sum(durations)
+        total = covered_ns(group)
         stats.append(TaskStats(
             domain=domain, name=name, count=len(group), total_s=total / 1e9,
-            self_s=sum(i.self_ns for i in group) / 1e9, mean_s=total / len(group) / 1e9,
+            self_s=sum(i.self_ns for i in group) / 1e9, mean_s=sum(durations) / len(group) / 1e9,
             min_s=min(durations) / 1e9, max_s=max(durations) / 1e9,
             share=(total / thread_time) if thread_time else 0.0,
         ))

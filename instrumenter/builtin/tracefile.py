@@ -54,9 +54,11 @@ offset type  field
 32     u64   CLOCK_REALTIME at the same moment, ns since the epoch
 40     u32   flags: bit 0 = started paused (``AUTOITT_START_PAUSED``)
 44     u32   the process's rank + 1, 0 when it has none: from ``RANK`` (torchrun),
-             ``OMPI_COMM_WORLD_RANK`` (Open MPI), ``PMI_RANK`` (MPICH, Intel MPI) or
-             ``SLURM_PROCID`` (Slurm), the first one set, read when the collector
-             loads (a forked child keeps its parent's)
+             ``LOCAL_RANK``, ``OMPI_COMM_WORLD_RANK`` (Open MPI), ``PMI_RANK``
+             (MPICH, Intel MPI) or ``SLURM_PROCID`` (Slurm; only when
+             ``SLURM_NTASKS``, else ``SLURM_NPROCS``, is above 1), the first one
+             set to a number, read when the collector loads (a forked child
+             keeps its parent's)
 ====== ===== ==========================================================
 
 Chunks
@@ -182,7 +184,7 @@ class ProcessTrace:
     start_ns: int          # monotonic clock at collector start
     wall_start_ns: int     # realtime clock at the same moment
     events: List[Event] = field(default_factory=list)  # each thread in program order, merged by ts
-    rank: Optional[int] = None  # in a multi-process run (torchrun, MPI, Slurm), else None
+    rank: Optional[int] = None  # the launcher's (torchrun, MPI, Slurm: see the header), else None
     thread_names: Dict[int, str] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 

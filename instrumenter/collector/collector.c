@@ -812,6 +812,40 @@ static void catch_fatal_signals(void)
     }
 }
 
+/* A variable holding a number below 2^32 - 1 (digits only: "", "-1", " 1" are not numbers): 1 and *out. */
+static int env_number(const char *variable, unsigned long *out)
+{
+    const char *value = getenv(variable);
+    if (!value || value[0] < '0' || value[0] > '9') return 0;
+    char *end;
+    unsigned long number = strtoul(value, &end, 10); /* an overflow gives ULONG_MAX: refused below */
+    if (*end != 0 || number >= 0xFFFFFFFFul) return 0;
+    *out = number;
+    return 1;
+}
+
+/* Slurm sets SLURM_PROCID=0 in every job step, a single-task sbatch job included: it is a rank only when
+ * the step runs more than one task. */
+static int slurm_has_ranks(void)
+{
+    unsigned long tasks;
+    if (env_number("SLURM_NTASKS", &tasks)) return tasks > 1;
+    return env_number("SLURM_NPROCS", &tasks) && tasks > 1;
+}
+
+/* The rank a launcher gave this process, + 1 (0: none), from the first variable set to a number: RANK
+ * (torchrun), LOCAL_RANK (launchers that set only it), OMPI_COMM_WORLD_RANK (Open MPI), PMI_RANK (MPICH,
+ * Intel MPI), SLURM_PROCID (srun, see slurm_has_ranks). */
+static uint32_t launcher_rank_plus_one(void)
+{
+    static const char *const RANK_VARIABLES[] = {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    unsigned long rank;
+    for (size_t i = 0; i < sizeof RANK_VARIABLES / sizeof RANK_VARIABLES[0]; i++)
+        if (env_number(RANK_VARIABLES[i], &rank)) return (uint32_t)rank + 1;
+    if (slurm_has_ranks() && env_number("SLURM_PROCID", &rank)) return (uint32_t)rank + 1;
+    return 0;
+}
+
 __attribute__((constructor)) static void collector_load(void)
 {
     g_pid = (uint32_t)getpid();
@@ -823,14 +857,7 @@ __attribute__((constructor)) static void collector_load(void)
         atomic_store(&g_state, ST_PAUSED);
         g_header_flags = F_START_PAUSED;
     }
-    /* the rank a launcher gave this process: torchrun, Open MPI, MPICH/Intel MPI, Slurm */
-    static const char *const RANK_VARIABLES[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof RANK_VARIABLES / sizeof RANK_VARIABLES[0] && !g_rank_plus_one; i++) {
-        const char *value = getenv(RANK_VARIABLES[i]);
-        char *end;
-        unsigned long rank = value && *value ? strtoul(value, &end, 10) : 0;
-        if (value && *value && *end == 0 && rank < 0xFFFFFFFFul) g_rank_plus_one = (uint32_t)rank + 1;
-    }
+    g_rank_plus_one = launcher_rank_plus_one();
     const char *dir = getenv("AUTOITT_TRACE_DIR");
     if (!dir || !dir[0]) dir = ".";
     if (dir[0] == '/') {

@@ -2,8 +2,9 @@
 
 Each analysis runs the copy through the same launcher as the built-in
 backend, under ``vtune -collect`` (inside ``--launcher`` when given, one vtune
-per MPI rank), with argument lists, never a shell. What VTune and the script
-print is shown live and kept in ``vtune-<analysis>.log``.
+per rank), with argument lists (a shell only under torchrun: see
+:func:`.commands.per_rank`). What VTune and the script print is shown live
+and kept in ``vtune-<analysis>.log``.
 
 Telling a failing script from a failing VTune: VTune returns its own exit code
 (``-return-app-exitcode`` would make it return the script's, but then a
@@ -20,10 +21,11 @@ only recently). So the launcher writes the script's exit code to
 * else the analysis completed.
 
 After each collection every result folder (``<results>/hotspots``, and
-``hotspots.*``, the per-rank or per-host folders VTune makes under MPI) is
-read back with ``vtune -report`` into ``csv/<folder>-<report>.csv``. What
-happened is saved in ``vtune.json``, so ``autoitt report`` rebuilds the
-summary from the saved CSVs without VTune.
+``hotspots.*``: the per-rank or per-host folders VTune makes under MPI, the
+per-rank ones autoitt names under torchrun) is read back with ``vtune
+-report`` into ``csv/<folder>-<report>.csv``. What happened is saved in
+``vtune.json``, so ``autoitt report`` rebuilds the summary from the saved
+CSVs without VTune.
 """
 
 from __future__ import annotations
@@ -174,7 +176,8 @@ def _script_exit_codes(exit_dir: Path) -> List[int]:
 
 
 def result_dirs(base: Path) -> List[Path]:
-    """``base`` and the per-rank or per-host folders VTune makes beside it (``base.0``, ``base.host``), if they exist."""
+    """``base`` and the per-rank or per-host folders beside it (``base.0``, ``base.host``), if they exist: VTune's
+    under MPI, autoitt's under torchrun (:func:`.commands.per_rank`)."""
     found = [base] if base.is_dir() else []
     siblings = [p for p in base.parent.glob(f"{base.name}.*") if p.is_dir()] if base.parent.is_dir() else []
     return found + sorted(siblings, key=_natural)

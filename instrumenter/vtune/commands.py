@@ -1,4 +1,4 @@
-"""The exact ``vtune`` command lines autoitt runs, built as argument lists (never a shell string).
+"""The exact ``vtune`` command lines autoitt runs, built as argument lists (a shell only under torchrun, quoted).
 
 Collection follows Intel's cookbook recipe "Profiling Machine Learning
 Applications": hotspots with user-mode sampling and stacks, started paused so
@@ -10,6 +10,10 @@ then microarchitecture exploration with memory bandwidth, on the same target::
           -data-limit 0 -result-dir <results>/hotspots -- <python> <launcher> COPY SCRIPT ARGS
     vtune -collect uarch-exploration -start-paused -knob collect-memory-bandwidth=true ... <results>/uarch ...
 
+Under ``--launcher`` every rank runs its own vtune: ``mpirun -n 4 vtune ...``,
+or under torchrun ``torchrun --no-python ... sh -c 'exec vtune ...'`` (see
+:func:`per_rank`).
+
 Reports are read back in CSV with an explicit delimiter (the ``format`` page
 says csv "must be used with" ``-csv-delimiter``) into files, with ``-quiet``
 so progress lines stay out of them.
@@ -18,11 +22,12 @@ so progress lines stay out of them.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from ..options import ANALYSES, VTuneOptions
+from ..options import ANALYSES, VTuneOptions, torchrun_at, under_launcher
 
 #: The delimiter passed to every report, and the character it stands for.
 CSV_DELIMITER = ("comma", ",")
@@ -88,16 +93,46 @@ def _knobs(analysis: str, sampling_mode: str) -> List[str]:
 
 
 def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
-    """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``."""
+    """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``.
+
+    Under torchrun, ``--no-python`` is added (:func:`~instrumenter.options.under_launcher`)
+    and each rank's vtune is started through :func:`per_rank`.
+    """
     options = config.options
-    command = [*config.launcher, config.vtune, "-collect", ANALYSES[analysis]]
+    command = [config.vtune, "-collect", ANALYSES[analysis]]
     if config.start_paused:
         command.append("-start-paused")
     command += _knobs(analysis, options.sampling_mode)
     command += search_args(config)
     command += ["-data-limit", str(options.data_limit_mb), "-result-dir", str(config.result_dir(analysis))]
+    result_at = len(command) - 1
     command += options.extra_args
-    return command + ["--", *config.target]
+    command += ["--", *config.target]
+    if torchrun_at(config.launcher) is not None:
+        command = per_rank(command, result_at)
+    return list(under_launcher(config.launcher, command, python=False))
+
+
+def per_rank(command: Sequence[str], result_at: int) -> List[str]:
+    """``command`` through ``sh``, its result folder (``command[result_at]``) suffixed with each rank's ``$RANK``.
+
+    Ranks must not share a result folder: VTune refuses one that already
+    holds a result. VTune has no rank placeholder for ``-result-dir``; it
+    names per-rank folders itself (``hotspots.0``, ...) only from MPI's
+    ``PMI_RANK``/``PMI_ID`` (research notes on the VTune CLI, section 4),
+    which Intel MPI's and MPICH's mpirun set, and srun with its PMI plugin
+    (``--mpi=pmi2``). torchrun gives a worker its rank in ``RANK`` only, with
+    one command line for all workers, so a shell expands ``$RANK`` in each:
+    ``sh -c 'exec vtune ... -result-dir <results>/hotspots."$RANK" ... -- ...'``,
+    every other word quoted as it is; ``exec`` leaves vtune itself as
+    torchrun's worker, as without the shell. The folders are named as VTune
+    names MPI ranks', so they are found and read back the same way
+    (:func:`instrumenter.vtune.collect.result_dirs`). (Under ``srun --mpi=pmi2
+    torchrun`` VTune may add ``.<PMI_RANK>`` too: still one folder per rank.)
+    """
+    words = [shlex.quote(word) for word in command]
+    words[result_at] += '."$RANK"'
+    return ["sh", "-c", "exec " + " ".join(words)]
 
 
 def report_command(config: VTuneConfig, result: Path, report: str, extra: Sequence[str], output: Path) -> List[str]:

@@ -1,0 +1,79 @@
+"""The built-in backend's task statistics, from small hand-made traces (no process runs).
+
+A trace here is the reader's :class:`ProcessTrace` with events written out as
+(kind, name, ts) on one thread; times are nanoseconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+from instrumenter.builtin.taskstats import intervals, summarize
+from instrumenter.builtin.tracefile import Event, ProcessTrace
+
+DOMAIN = "autoitt.train"
+
+
+def trace(steps: Sequence[Tuple[str, Optional[str], int]], pid: int = 10, tid: int = 10) -> ProcessTrace:
+    """One process, one thread: ``("begin", name, ts)`` and ``("end", None, ts)`` in order."""
+    events = [Event(kind, pid, tid, ts, DOMAIN, name) for kind, name, ts in steps]
+    return ProcessTrace(path=Path(f"itt-{pid}.bin"), pid=pid, ppid=1, start_ns=0, wall_start_ns=0, events=events)
+
+
+def task(summary, name: str):
+    return next(t for t in summary.tasks if t.name == name)
+
+
+def summary_of(*traces: ProcessTrace):
+    items, unfinished = intervals(traces)
+    return summarize(traces, items, unfinished, 1.0, ["step"], [DOMAIN], start_paused=False)
+
+
+# train(depth=2) calls itself inside its loop: step_loop 0..100 holds step_loop 10..60 holds step_loop 20..40.
+RECURSION = [
+    ("begin", "step_loop", 0), ("begin", "step", 5),
+    ("begin", "step_loop", 10), ("begin", "step", 15),
+    ("begin", "step_loop", 20), ("begin", "step", 25), ("end", None, 35), ("end", None, 40),
+    ("end", None, 50), ("end", None, 60),
+    ("end", None, 70), ("end", None, 100),
+]
+
+
+def test_a_recursive_task_counts_its_time_once():
+    loop = task(summary_of(trace(RECURSION)), "step_loop")
+    assert round(loop.total_s * 1e9) == 100  # the outer instance: the nested ones lie inside it
+    assert loop.share <= 1.0
+
+
+def test_a_recursive_task_counts_every_instance_in_count_mean_min_and_max():
+    loop = task(summary_of(trace(RECURSION)), "step_loop")
+    assert loop.count == 3
+    assert (loop.min_s * 1e9, loop.max_s * 1e9) == (20, 100)
+    assert round(loop.mean_s * 1e9, 6) == round((100 + 50 + 20) / 3, 6)
+
+
+def test_a_recursive_tasks_self_time_is_each_instances_own_and_within_its_total():
+    summary = summary_of(trace(RECURSION))
+    loop, step = task(summary, "step_loop"), task(summary, "step")
+    # step_loop's own time: 0..5 and 70..100 (outer), 10..15 and 50..60 (middle), 20..25 and 35..40 (inner)
+    assert round(loop.self_s * 1e9) == 35 + 15 + 10
+    # step's: 5..10 and 60..70, 15..20 and 40..50, 25..35
+    assert round(step.self_s * 1e9) == 15 + 15 + 10
+    assert round(step.total_s * 1e9) == 65  # the outer step, 5..70
+    assert round((loop.self_s + step.self_s) * 1e9) == round(summary.thread_time_s * 1e9)  # each instant once
+
+
+def test_a_task_run_again_after_it_ended_counts_both_times():
+    summary = summary_of(trace([("begin", "step", 0), ("end", None, 10), ("begin", "step", 10), ("end", None, 30)]))
+    assert round(task(summary, "step").total_s * 1e9) == 30
+    assert task(summary, "step").share == 1.0
+
+
+def test_a_recursive_task_on_two_threads_counts_each_threads_time():
+    one, other = trace(RECURSION, tid=10), trace(RECURSION, tid=11)
+    both = ProcessTrace(path=one.path, pid=one.pid, ppid=1, start_ns=0, wall_start_ns=0,
+                        events=sorted(one.events + other.events, key=lambda e: e.ts))
+    loop = task(summary_of(both), "step_loop")
+    assert round(loop.total_s * 1e9) == 200 and loop.count == 6
+    assert loop.share == 1.0
