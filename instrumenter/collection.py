@@ -85,3 +85,10 @@ class Collection:
 
     def detach(self) -> None:
         self._itt.detach()
+
+    def library(self, receiver: Any, method: str, domain: Any):
+        """The context a library call runs in: its epochs, steps and evals become tasks on ``domain``
+        (see :mod:`instrumenter.libraries`)."""
+        from .libraries import attach
+
+        return attach(self, receiver, method, domain)

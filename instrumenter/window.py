@@ -120,6 +120,12 @@ class CollectionWindow:
     def detach(self) -> None:
         self._s.itt.detach()
 
+    def library(self, receiver: Any, method: str, domain: Any):
+        """As :meth:`instrumenter.collection.Collection.library`; the library's steps count toward the window."""
+        from .libraries import attach
+
+        return attach(self, receiver, method, domain)
+
     # -- collection control -----------------------------------------------------------
 
     def resume(self) -> None:

@@ -396,7 +396,7 @@ EXPECTED_SAMPLE_ROLES = {
     SAMPLES / "torch_train.py": [("main", "epoch"), ("main", "step"), ("main", "eval")],
     SAMPLES / "tf1_session.py": [("main", "epoch"), ("main", "step")],
     SAMPLES / "tf2_gradient_tape.py": [("evaluate", "eval"), ("main", "epoch"), ("main", "step")],
-    SAMPLES / "keras_fit.py": [("main", "train-call")],
+    SAMPLES / "keras_fit.py": [("main", "train-call"), ("main", "eval")],
     INPUTS / "while_loops.py": [("main", "step"), ("main", "step")],
     INPUTS / "control_flow.py": [("train", "step"), ("train_until_converged", "epoch"), ("train_until_converged", "step")],
     INPUTS / "trainer_class.py": [("Trainer._run_epoch", "step"), ("Trainer.fit", "epoch"), ("Trainer.evaluate", "eval")],
@@ -419,6 +419,8 @@ def test_loops_json_gives_the_expected_roles(script):
         keyword = lines[item["line"] - 1].strip()
         if item["role"] == "train-call":
             assert ".fit(" in keyword or ".train(" in keyword
+        elif item["label"] in ("evaluate", "validate", "test", "predict"):
+            assert f".{item['label']}(" in keyword
         else:
             assert keyword.startswith(("for ", "while ", "async for "))
 

@@ -33,8 +33,8 @@ def test_task_markers_are_told_apart(code):
 
 
 def test_the_emit_itt_context_is_recognised():
-    assert MATCHER.is_emit_itt(statement(f"with {MARKERS.emit_itt()}:\n    pass"))
-    assert not MATCHER.is_emit_itt(statement(f"with {MARKERS.emit_itt()} as p:\n    pass"))
+    assert MATCHER.is_marker_with(statement(f"with {MARKERS.emit_itt()}:\n    pass"))
+    assert not MATCHER.is_marker_with(statement(f"with {MARKERS.emit_itt()} as p:\n    pass"))
 
 
 @pytest.mark.parametrize("code", [

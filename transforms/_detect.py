@@ -14,8 +14,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from ._index import Function, Index, Site, import_statements
-from ._markers import HAND_MARKER_CALLS, INSTRUMENTED_MARKER, ITT_PYTHON_MODULE, ITTAPI_PACKAGE
+from . import _evidence as ev
+from ._index import Function, Index, Site
+from ._markers import LIBRARY_METHODS
+from ._own_itt import calls_itt, crossing_own_markers, instrumented_by, own_domains, torch_profiler_call
 from ._names import dotted
 from ._parsing import Source
 from ._roles import CALL_DEPTH, Classifier
@@ -36,7 +38,8 @@ class Region:
     The remaining fields are for planning: ``ordinal`` is the statement's
     position in a pre-order walk (see :mod:`transforms._index`), ``kind`` is
     ``for``/``while``/``call``, ``outermost`` says whether no other region is
-    running whenever this one runs.
+    running whenever this one runs, ``library`` names the object and method
+    of a library call whose epochs, steps and evals the copy can mark.
     """
 
     line: int
@@ -48,6 +51,8 @@ class Region:
     ordinal: int = field(compare=False)
     kind: str = field(compare=False)
     outermost: bool = field(compare=False, default=True)
+    #: a library call autoitt can look inside (its callbacks): (the object's expression, the method)
+    library: Optional[Tuple[str, str]] = field(compare=False, default=None)
 
     def to_json(self) -> dict:
         return {
@@ -107,23 +112,27 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     index = Index(source)
     classifier = Classifier(index, source.lines, role_overrides)
     notes: List[Note] = []
-    found = _loops(index, classifier, notes) + _train_calls(index, classifier, notes)
+    found = _loops(index, classifier, notes)
+    library_calls = _train_calls(index, classifier, notes)
+    library_calls += _eval_calls(index, classifier, found + library_calls, notes)
+    found += library_calls
     found += _calls_given_a_role(index, classifier, found, notes)
     found += _compiled_call_sites(index, classifier)
-    instrumented_by = _instrumented_by(source, index)
-    if instrumented_by is not None and instrumented_by != "autoitt":
+    by = instrumented_by(source, index)
+    if by is not None and by != "autoitt":
         found = _clear_of_own_markers(index, found, notes)
     found.sort(key=lambda item: item[0].ordinal)
+    regions = _regions(index, found, label_overrides or {}, {id(site) for site, _, _ in library_calls}, notes)
     return Detection(
-        regions=tuple(_regions(index, found, label_overrides or {})),
+        regions=tuple(regions),
         notes=tuple(sorted(notes, key=lambda n: n.line or 0)),
         uses_torch=index.imports.imports("torch"),
         torch_names=tuple(index.imports.names_bound_to("torch")),
         torch_profiler=_torch_profiler(index),
-        already_instrumented=instrumented_by,
+        already_instrumented=by,
         names_in_use=frozenset(index.names),
-        resumes_collection=_calls_itt(index, "resume"),
-        own_domains=_own_domains(index),
+        resumes_collection=calls_itt(index, "resume"),
+        own_domains=own_domains(index),
         spans=index.spans,
     )
 
@@ -168,6 +177,41 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
         else:
             found.append((site, "train-call", f"{called}() trains inside a library"))
     return found
+
+
+def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes: List[Note]) -> List[_Found]:
+    """Library calls that evaluate (:func:`~transforms._evidence.eval_call`), each one eval region.
+
+    One inside a loop already marked is left to that loop's tasks.
+    """
+    trained = {dotted(site.call.func.value) for site in index.call_sites
+               if isinstance(site.call.func, ast.Attribute)}
+    taken = {id(site.node) for site, _, _ in found}
+    added: List[_Found] = []
+    for stmt, ordinal, function, loops, one_line in index.simple:
+        if id(stmt) in taken:
+            continue
+        call = next((c for c in index.calls_of.get(id(stmt), ()) if ev.eval_call(c, trained)), None)
+        if call is None or index.resolve(call, function) is not None:
+            continue  # none, or a method of this file (its loops are found directly)
+        if any(id(loop) in taken for loop in loops):
+            continue
+        site = Site(stmt, ordinal, function, loops, None, call, call.func.attr, one_line)
+        forced = classifier.forced(stmt)
+        called = dotted(call.func)
+        if forced is not None and forced[0] == "skip":
+            notes.append(Note(stmt.lineno, f"skipped: {_how(forced)}"))
+        elif one_line:
+            notes.append(Note(stmt.lineno, f"{called}() on its block's header line: left alone "
+                                           "(put it on its own line to have it marked)"))
+        elif site.compiled:
+            continue
+        elif forced is not None and forced[0] in ("eval", "train-call"):
+            added.append((site, forced[0], forced[1]))
+        else:
+            why = "a trainer" if dotted(call.func.value) not in trained else "trained in this file"
+            added.append((site, "eval", f"{called}() evaluates inside a library ({why})"))
+    return added
 
 
 def _how(forced: Tuple[str, str]) -> str:
@@ -222,97 +266,21 @@ def _compiled_call_sites(index: Index, classifier: Classifier) -> List[_Found]:
 
 
 def _clear_of_own_markers(index: Index, found: List[_Found], notes: List[Note]) -> List[_Found]:
-    """The regions of a hand-instrumented script that autoitt can mark without crossing the script's
-    own markers: none of its ITT calls (ittapi's, itt-python's, ``torch.profiler.itt``'s) is inside the
-    region, nor in a function of this file the region calls. Tasks then nest whichever way the
-    script's own are placed: autoitt's wrap whole statements, the script's sit outside them or
-    inside functions they call."""
-    own = [node for node in index.all_calls if _is_itt(index, node)]
-    if not own:
-        return found
-    bearing = {id(function.node) for function in _functions_holding(index, own)}
-    kept: List[_Found] = []
-    for site, role, reason in found:
-        start, end = site.node.lineno, site.node.end_lineno or site.node.lineno
-        inside = next((node for node in own if start <= node.lineno <= end), None)
-        called = None
-        if inside is None:
-            called = next((callee for call in index.block_calls([site.node], enter_loops=True)
-                           for callee in [index.resolve(call, site.function)]
-                           if callee is not None and id(callee.node) in bearing), None)
-        if inside is None and called is None:
-            kept.append((site, role, reason))
-            continue
-        why = (f"{dotted(inside.func)}() at line {inside.lineno}" if inside is not None
-               else f"{called.qualname}(), which makes ITT calls")
-        notes.append(Note(start, f"{role} {'call' if site.call is not None else 'loop'} left to the script's own "
-                                 f"markers: it holds {why}"))
-    return kept
-
-
-def _is_itt(index: Index, node: ast.Call) -> bool:
-    resolved = index.imports.resolve(node.func) or ""
-    head = resolved.rpartition(".")[0]
-    return (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE
-            or head.endswith(".profiler.itt") and head.split(".")[0] == "torch")
-
-
-def _functions_holding(index: Index, calls: List[ast.Call]) -> List[Function]:
-    """The functions of this file whose own bodies hold any of ``calls``."""
-    lines = [node.lineno for node in calls]
-    return [f for f in index.functions.values()
-            if any(f.node.lineno <= line <= (f.node.end_lineno or f.node.lineno) for line in lines)]
-
-
-def _instrumented_by(source: Source, index: Index) -> Optional[str]:
-    if INSTRUMENTED_MARKER in source.text:
-        return "autoitt"
-    for node in import_statements(index.tree.body):
-        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        if any(name == ITT_PYTHON_MODULE or name.split(".")[0] == ITTAPI_PACKAGE for name in modules):
-            return f"hand (imports {modules[0]} at line {node.lineno})"
-    for node in index.all_calls:
-        resolved = index.imports.resolve(node.func) or ""
-        head, _, tail = resolved.rpartition(".")
-        if tail in HAND_MARKER_CALLS and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
-            return f"hand ({dotted(node.func)}() at line {node.lineno})"
-    return None
-
-
-def _itt_calls(index: Index, function: str):
-    """The script's calls of ITT's ``function`` (ittapi's, itt-python's, or a copy's ``itt``)."""
-    for node in index.all_calls:
-        head, _, tail = (index.imports.resolve(node.func) or "").rpartition(".")
-        if tail == function and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
-            yield node
-
-
-def _calls_itt(index: Index, function: str) -> bool:
-    return next(_itt_calls(index, function), None) is not None
-
-
-def _own_domains(index: Index) -> Tuple[str, ...]:
-    names = [node.args[0].value for node in _itt_calls(index, "domain_create")
-             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
-    return tuple(dict.fromkeys(names))
-
-
-_TORCH_PROFILERS = frozenset((
-    "torch.profiler.profile",
-    "torch.autograd.profiler.profile",
-    "torch.autograd.profiler.emit_itt",
-    "torch.autograd.profiler.emit_nvtx",
-    "torch.autograd.profiler_legacy.profile",
-))
+    """``found`` less the regions that could cross a hand-instrumented script's own markers, each noted."""
+    crossing = dict((id(site), why) for site, why in crossing_own_markers(index, [site for site, _, _ in found]))
+    for site, role, _ in found:
+        if id(site) in crossing:
+            notes.append(Note(site.line, f"{role} {'call' if site.call is not None else 'loop'} left to the "
+                                         f"script's own markers: it holds {crossing[id(site)]}"))
+    return [item for item in found if id(item[0]) not in crossing]
 
 
 def _torch_profiler(index: Index) -> Optional[Note]:
-    for node in index.all_calls:
-        resolved = index.imports.resolve(node.func) or ""
-        if resolved in _TORCH_PROFILERS:
-            return Note(node.lineno, f"the script already runs {resolved}() (line {node.lineno}); "
-                                     "not nesting emit_itt() inside it")
-    return None
+    found = torch_profiler_call(index)
+    if found is None:
+        return None
+    line, resolved = found
+    return Note(line, f"the script already runs {resolved}() (line {line}); not nesting emit_itt() inside it")
 
 
 # -- labels and nesting ----------------------------------------------------------------------------
@@ -330,7 +298,9 @@ def _labels(found: List[_Found], overrides: Dict[int, str]) -> List[str]:
         if site.line in overrides:
             bases.append((overrides[site.line], True))
         else:
-            bases.append((site.call_label or "fit" if role == "train-call" else role, False))
+            # A library call's task is named for its method (fit, evaluate); a loop's for its role.
+            call = site.call is not None and role in ("train-call", "eval")
+            bases.append(((site.call_label or "fit") if call else role, False))
     counts: Dict[str, int] = {}
     functions_of: Dict[str, List[Optional[str]]] = {}
     for (site, _, _), (base, _) in zip(found, bases):
@@ -352,8 +322,9 @@ def _labels(found: List[_Found], overrides: Dict[int, str]) -> List[str]:
             for (site, _, _), label in zip(found, labels)]
 
 
-def _regions(index: Index, found: List[_Found], overrides: Dict[int, str]) -> List[Region]:
-    """The regions, labelled, with which are outermost."""
+def _regions(index: Index, found: List[_Found], overrides: Dict[int, str], library_sites: Set[int],
+             notes: List[Note]) -> List[Region]:
+    """The regions, labelled, with which are outermost and which library calls the copy can look into."""
     region_nodes = {id(site.node) for site, _, _ in found}
     inside = _functions_run_inside(index, [site for site, _, _ in found])
     regions = []
@@ -365,8 +336,27 @@ def _regions(index: Index, found: List[_Found], overrides: Dict[int, str]) -> Li
         regions.append(Region(line=site.line, end_line=end_line, role=role,
                               function=site.function.qualname if site.function else None, label=label,
                               reason=reason, ordinal=site.ordinal, kind=kind,
-                              outermost=not nested and not in_called))
+                              outermost=not nested and not in_called,
+                              library=_library_call(site.call, site.line, notes) if id(site) in library_sites else None))
     return regions
+
+
+def _library_call(call: ast.Call, line: int, notes: List[Note]) -> Optional[Tuple[str, str]]:
+    """(object, method) of ``obj.method(...)`` when the method is one library callbacks cover and the
+    object is a name (``model``, ``self.trainer``): the copy evaluates it once more, so it must not be
+    a call (``Trainer(...).fit(model)`` would make a second trainer). Otherwise a note says why the
+    call stays one task."""
+    method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+    if method not in LIBRARY_METHODS:
+        notes.append(Note(line, f"{dotted(call.func) or 'the call'}() stays one task: autoitt knows no "
+                                "callbacks for it"))
+        return None
+    receiver = dotted(call.func.value)
+    if receiver is None:
+        notes.append(Note(line, f".{method}() stays one task: its object is not a name (assign it to one, "
+                                "e.g. trainer = Trainer(...), to have its epochs and steps marked)"))
+        return None
+    return receiver, method
 
 
 def _functions_run_inside(index: Index, sites: List[Site]) -> Set[int]:

@@ -214,6 +214,30 @@ def train_call(call: ast.Call, imports: ImportTable) -> Optional[str]:
     return None
 
 
+#: Library methods that evaluate or predict: Keras ``model.evaluate/predict``, Lightning
+#: ``trainer.validate/test/predict``, Hugging Face ``trainer.evaluate/predict``.
+EVAL_METHODS = ("evaluate", "validate", "test", "predict")
+
+
+def eval_call(call: ast.Call, trained: Iterable[str]) -> Optional[str]:
+    """The method name when ``call`` evaluates inside a library, or ``None``.
+
+    The object must be one the file trains with a library call (``trained``
+    holds those receivers: ``model`` of ``model.fit(...)``) or be named like a
+    trainer: ``evaluate`` alone names too many things (a metric, an
+    evaluator of one's own) to be taken on its name.
+    """
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in EVAL_METHODS:
+        return None
+    receiver = dotted(func.value)
+    if receiver is None:
+        return None
+    if receiver in trained or _TRAINER_NAME.search(receiver.rsplit(".", 1)[-1]):
+        return func.attr
+    return None
+
+
 def first(reasons: Iterable[Optional[str]]) -> Optional[str]:
     """The first reason given, if any."""
     return next((reason for reason in reasons if reason), None)

@@ -75,6 +75,15 @@ TORCH_RANGE = ("profiler", "itt")
 TORCH_RANGE_CALLS = ("range_push", "range_pop")
 #: ``<torch>.autograd.profiler.emit_itt()``: every PyTorch operator becomes an ITT task.
 EMIT_ITT = ("autograd", "profiler", "emit_itt")
+#: ``with <itt>.library(<object>, "<method>", <domain>):`` around a library call: the copy's runtime
+#: (instrumenter.libraries) has the library call back into epoch, step and eval tasks.
+LIBRARY_CALL = "library"
+#: The methods whose callbacks it covers: Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
+#: Hugging Face train/evaluate/predict.
+LIBRARY_METHODS = ("fit", "train", "evaluate", "validate", "test", "predict")
+#: The training methods among them, and the task name of their steps (instrumenter.libraries.STEP).
+LIBRARY_TRAINING = ("fit", "train")
+LIBRARY_STEP = "step"
 
 
 def quote(text: str) -> str:
@@ -142,6 +151,10 @@ class Markers:
         profiler already runs on the thread (a region re-entered by a generator or a coroutine, the
         script's own profiler), which would raise."""
         return f"{self.torch}.{'.'.join(EMIT_ITT)}(enabled=not {self.torch}.autograd._profiler_enabled())"
+
+    def library(self, receiver: str, method: str) -> str:
+        """The context expression a library call runs inside, so its epochs, steps and evals are tasks."""
+        return self._call(LIBRARY_CALL, receiver, quote(method), self.domain)
 
     # -- the header ------------------------------------------------------------------------------
 
@@ -284,20 +297,25 @@ class MarkerMatcher:
                 and bool(call.args) and isinstance(call.args[0].value, self._cst.Name)
                 and call.args[0].value.value == self.domain)
 
-    def is_emit_itt(self, statement: "cst.CSTNode") -> bool:
-        """``with <torch>.autograd.profiler.emit_itt(enabled=...):`` (or with no argument, as earlier
-        copies have it), the only item, bound to nothing."""
+    def is_marker_with(self, statement: "cst.CSTNode") -> bool:
+        """The ``with`` a wrapping may hold: every item is ``<torch>.autograd.profiler.emit_itt(enabled=...)``
+        (or with no argument, as earlier copies have it) or ``<itt>.library(...)``, bound to nothing."""
         cst = self._cst
-        if not isinstance(statement, cst.With) or len(statement.items) != 1:
+        if not isinstance(statement, cst.With) or not statement.items:
             return False
-        item = statement.items[0]
-        if item.asname is not None or not isinstance(item.item, cst.Call):
-            return False
-        args = item.item.args
+        return all(item.asname is None and isinstance(item.item, cst.Call)
+                   and (self._is_emit_itt(item.item) or self._is_library(item.item)) for item in statement.items)
+
+    def _is_emit_itt(self, call: "cst.Call") -> bool:
+        args = call.args
         if args and not (len(args) == 1 and args[0].keyword is not None and args[0].keyword.value == "enabled"):
             return False
-        chain = _receiver_and_path(item.item.func, 4)
+        chain = _receiver_and_path(call.func, 4)
         return chain is not None and chain[1] == EMIT_ITT
+
+    def _is_library(self, call: "cst.Call") -> bool:
+        return (dotted(call.func) == f"{self.itt}.{LIBRARY_CALL}" and len(call.args) == 3
+                and isinstance(call.args[2].value, self._cst.Name) and call.args[2].value.value == self.domain)
 
     def is_wrapping_try(self, node: "cst.CSTNode") -> bool:
         """``try: ... finally: <markers>`` with at least one task marker, and nothing else."""

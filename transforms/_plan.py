@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ._detect import Detection, Note, Region
-from ._markers import (DOMAIN_VAR, ITT_NAMES, PT_REGION_VAR, RUNTIME_ALIASES, RUNTIME_CLASS, WINDOW_CLASS, Markers,
-                       free_name)
+from ._markers import (DOMAIN_VAR, ITT_NAMES, LIBRARY_STEP, LIBRARY_TRAINING, PT_REGION_VAR, RUNTIME_ALIASES,
+                       RUNTIME_CLASS, WINDOW_CLASS, Markers, free_name)
 from ._mode import MAX_PT_REGIONS, Mode
 
 
 @dataclass(frozen=True)
 class Wrap:
-    """``before`` runs first, then the statement (inside ``context`` when set),
+    """``before`` runs first, then the statement (inside one ``with`` of ``contexts``, when there are any),
     then ``after`` in a ``finally`` clause, so it runs on every way out."""
 
     before: Tuple[str, ...]
     after: Tuple[str, ...]
-    context: Optional[str] = None
+    contexts: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,16 @@ class Plan:
 
     @property
     def step_labels(self) -> Tuple[str, ...]:
-        return tuple(sorted({r.label for r in self.regions if r.role == "step"}))
+        return step_labels(self.regions)
+
+
+def step_labels(regions: Sequence[Region]) -> Tuple[str, ...]:
+    """The task names of step iterations: step loops' labels, and the library's step for a training call
+    the copy looks into (sorted)."""
+    labels = {r.label for r in regions if r.role == "step"}
+    if any(r.library is not None and r.library[1] in LIBRARY_TRAINING for r in regions):
+        labels.add(LIBRARY_STEP)
+    return tuple(sorted(labels))
 
 
 def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: str,
@@ -136,7 +145,7 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
 
     header: List[str] = []
     if mode.windowed:
-        steps = tuple(sorted({r.label for r in regions if r.role == "step"}))
+        steps = step_labels(regions)
         header.append(markers.window(mode.skip_steps, mode.steps, steps))
         if not steps:
             notes.append(Note(None, "no step loop found: the collection window (--skip-steps/--steps) never opens"))
@@ -163,9 +172,9 @@ def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: boo
     before: List[str] = [markers.resume()] if controls else []
     after: List[str] = []
     before.extend(task_before)
-    context = None
+    contexts: List[str] = []
     if controls and markers.torch:
-        context = markers.emit_itt()
+        contexts.append(markers.emit_itt())
         if not mode.windowed:
             # The recipe's own range, on the PyTorch domain; in windowed mode it
             # would begin while collection is paused, so it is left out.
@@ -174,4 +183,6 @@ def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: boo
     after.extend(task_after)
     if controls:
         after.append(markers.pause())
-    return Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), context), each)
+    if region.library is not None:
+        contexts.append(markers.library(*region.library))
+    return Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), tuple(contexts)), each)

@@ -128,12 +128,13 @@ class _StatementRewriter(cst.CSTTransformer):
         return None if unit == self._default_indent else unit
 
     def _wrap_statements(self, statement: _Statement, wrap: Wrap, line: int) -> List[_Statement]:
-        """``before...; try: [with context:] statement  finally: after...``."""
+        """``before...; try: [with contexts:] statement  finally: after...``."""
         leading = statement.leading_lines
         inner: _Statement = statement.with_changes(leading_lines=())
         context = None
-        if wrap.context is not None:
-            inner = context = cst.With(items=[cst.WithItem(self._context(wrap.context))], body=self._block([inner]))
+        if wrap.contexts:
+            items = [cst.WithItem(self._context(code), comma=cst.MaybeSentinel.DEFAULT) for code in wrap.contexts]
+            inner = context = cst.With(items=items, body=self._block([inner]))
         before = [self._statement(code) for code in wrap.before]
         after = [self._statement(code) for code in wrap.after]
         final = cst.Finally(body=self._block(after))

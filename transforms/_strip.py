@@ -2,7 +2,7 @@
 
 What a marker, a wrapping and a header statement look like is the marker
 vocabulary's (:class:`~transforms._markers.MarkerMatcher`); autoitt wraps code
-as ``markers; try: [with emit_itt():] code finally: markers``. Stripping
+as ``markers; try: [with emit_itt(), itt.library(...):] code finally: markers``. Stripping
 replaces each such wrapping with the code it wraps, gives back the leading
 comments and blank lines the first marker carried, and drops the header (the
 ittapi import and the ``_autoitt_*`` objects). Since the rewrite nests the
@@ -63,7 +63,7 @@ class _MarkerStripper(cst.CSTTransformer):
                     and markers.is_wrapping_try(statements[run_end])):
                 guarded = statements[run_end]
                 inner = list(guarded.body.body)
-                if len(inner) == 1 and markers.is_emit_itt(inner[0]):
+                if len(inner) == 1 and markers.is_marker_with(inner[0]):
                     inner = list(inner[0].body.body)
                 if inner:
                     inner[0] = inner[0].with_changes(leading_lines=[*run[0].leading_lines, *inner[0].leading_lines])

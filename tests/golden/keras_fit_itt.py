@@ -73,14 +73,15 @@ def main():
     itt.resume()
     itt.task_begin(_autoitt_domain, "fit")
     try:
-        history = model.fit(
-            x_train,
-            y_train,
-            epochs=EPOCHS,
-            batch_size=BATCH_SIZE,
-            verbose=0,
-            shuffle=False,
-        )
+        with itt.library(model, "fit", _autoitt_domain):
+            history = model.fit(
+                x_train,
+                y_train,
+                epochs=EPOCHS,
+                batch_size=BATCH_SIZE,
+                verbose=0,
+                shuffle=False,
+            )
     finally:
         itt.task_end(_autoitt_domain)
         itt.pause()
@@ -90,9 +91,16 @@ def main():
     ):
         print(f"Epoch {epoch + 1}/{EPOCHS}: loss {loss:.6f} accuracy {accuracy:.6f}")
 
-    test_loss, test_accuracy = model.evaluate(
-        x_test, y_test, batch_size=BATCH_SIZE, verbose=0
-    )
+    itt.resume()
+    itt.task_begin(_autoitt_domain, "evaluate")
+    try:
+        with itt.library(model, "evaluate", _autoitt_domain):
+            test_loss, test_accuracy = model.evaluate(
+                x_test, y_test, batch_size=BATCH_SIZE, verbose=0
+            )
+    finally:
+        itt.task_end(_autoitt_domain)
+        itt.pause()
     print(f"Test loss {test_loss:.6f} accuracy {test_accuracy:.6f}")
     print("Training completed.")
 

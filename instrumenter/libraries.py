@@ -1,0 +1,345 @@
+"""Epoch, step and eval tasks inside library training calls, through the libraries' own callbacks.
+
+A copy wraps a library call it marks (``model.fit(...)``, ``trainer.fit(model)``,
+``trainer.train()``, ``model.evaluate(...)``, ...) in
+``with itt.library(<receiver>, "<method>", _autoitt_domain):``. For the length
+of that one statement, :func:`attach` gives the library a callback that begins
+and ends tasks on the copy's domain, named as loop markers name them
+(:data:`EPOCH`, :data:`STEP`, :data:`EVAL_LOOP`, :data:`EVAL`), through the
+copy's ``itt`` (so a collection window counts these steps too):
+
+* Keras (Keras 3 and tf.keras): the model's method is wrapped on the instance,
+  so the callback joins the call's ``callbacks`` argument (given positionally,
+  by keyword or through ``**kwargs``) in a new list; the user's list is never
+  changed;
+* Lightning (``lightning.pytorch`` and ``pytorch_lightning``): the trainer's
+  ``callbacks`` becomes a new list holding the callback, wherever the trainer
+  was made;
+* Hugging Face ``Trainer``: ``add_callback``/``remove_callback`` for epochs and
+  steps; its ``prediction_step`` and ``evaluate`` are wrapped on the instance
+  for eval batches and eval runs (its callbacks have no "before" for them).
+
+When the statement ends, however it ends, every task the callback left open
+is ended and the library object is as it was. An object of any other library
+(scikit-learn's ``fit``, say) gets nothing: the call stays one task, and a
+line on stderr says so once per class and method.
+
+Imported by instrumented copies: standard library only; a framework is imported
+only when the object comes from it (so it is imported already).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import sys
+import threading
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple
+
+#: The task names the callbacks use: those of loop markers (a loop's tasks are
+#: ``<label>_loop`` around, ``<label>`` per iteration; see transforms._markers).
+EPOCH = "epoch"
+STEP = "step"
+EVAL_LOOP = "eval_loop"
+EVAL = "eval"
+
+#: (module prefix of the object's class, library name): the first match in the class's MRO decides.
+_LIBRARIES = (
+    ("keras.", "keras"), ("tf_keras.", "keras"), ("tensorflow.python.keras.", "keras"),
+    ("lightning.pytorch.", "lightning"), ("pytorch_lightning.", "lightning"),
+    ("transformers.", "transformers"),
+)
+
+_noted: Set[Tuple[str, str]] = set()
+_noted_lock = threading.Lock()
+
+
+class _Tasks:
+    """The tasks one call's callback has open, innermost last.
+
+    A hook ends a task only when it is the innermost one open (a library may
+    call an end hook without its begin, e.g. after an exception it handled);
+    whatever is still open when the call ends is ended then, innermost first.
+    """
+
+    def __init__(self, itt: Any, domain: Any) -> None:
+        self._itt = itt
+        self._domain = domain
+        self._open: List[str] = []
+
+    def begin(self, name: str) -> None:
+        self._itt.task_begin(self._domain, name)
+        self._open.append(name)
+
+    def end(self, name: str) -> None:
+        if self._open and self._open[-1] == name:
+            self._open.pop()
+            self._itt.task_end(self._domain)
+
+    def end_all(self) -> None:
+        while self._open:
+            self._open.pop()
+            self._itt.task_end(self._domain)
+
+    def around(self, name: str, function: Callable) -> Callable:
+        """``function`` run inside a task ``name``."""
+        @functools.wraps(function)
+        def wrapped(*args, **kwargs):
+            self.begin(name)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.end(name)
+        return wrapped
+
+
+@contextlib.contextmanager
+def attach(itt: Any, receiver: Any, method: str, domain: Any) -> Iterator[None]:
+    """For the ``with`` block: ``receiver``'s library calls back into tasks on ``domain`` (module docstring)."""
+    tasks = _Tasks(itt, domain)
+    undo: Optional[Callable[[], None]] = None
+    library = library_of(receiver)
+    if library is None:
+        _note(receiver, method, "not a Keras, Lightning or Hugging Face object: the call is one task")
+    else:
+        try:
+            undo = _ATTACH[library](receiver, method, tasks)
+        except _CannotAttach as exc:
+            _note(receiver, method, f"{exc}: the call is one task")
+    try:
+        yield
+    finally:
+        tasks.end_all()
+        if undo is not None:
+            undo()
+
+
+def library_of(receiver: Any) -> Optional[str]:
+    """``keras``, ``lightning`` or ``transformers``: the library ``receiver``'s class comes from, if one of them."""
+    return next((library for cls in type(receiver).__mro__ for library in [_library_of_class(cls)] if library), None)
+
+
+def _library_of_class(cls: type) -> Optional[str]:
+    module = cls.__module__ + "."
+    return next((library for prefix, library in _LIBRARIES if module.startswith(prefix)), None)
+
+
+def _module_of(receiver: Any, library: str) -> str:
+    """The module of the first class in ``receiver``'s MRO that comes from ``library``."""
+    return next(cls.__module__ for cls in type(receiver).__mro__ if _library_of_class(cls) == library)
+
+
+class _CannotAttach(Exception):
+    pass
+
+
+def _note(receiver: Any, method: str, why: str) -> None:
+    key = (type(receiver).__qualname__, method)
+    with _noted_lock:
+        if key in _noted:
+            return
+        _noted.add(key)
+    print(f"autoitt: {key[0]}.{method}(): {why}", file=sys.stderr)
+
+
+def _set_on_instance(receiver: Any, name: str, value: Any) -> Callable[[], None]:
+    """Bind ``name`` on the instance (past any ``__setattr__`` of the library's); the undo."""
+    own = vars(receiver)
+    had, previous = name in own, own.get(name)
+    object.__setattr__(receiver, name, value)
+
+    def undo() -> None:
+        if had:
+            object.__setattr__(receiver, name, previous)
+        else:
+            object.__delattr__(receiver, name)
+    return undo
+
+
+# -- Keras --------------------------------------------------------------------------------------
+
+def _keras(model: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
+    root = _module_of(model, "keras").split(".")[0]
+    callbacks_module = importlib.import_module(f"{root}.callbacks")
+    callback = _keras_callback(callbacks_module.Callback, tasks)
+    original = getattr(model, method)
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        raise _CannotAttach("its signature cannot be read") from None
+    if "callbacks" not in signature.parameters:
+        raise _CannotAttach("it takes no callbacks")
+
+    def with_callback(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)  # the call is wrong: let Keras say so, as without autoitt
+        given = bound.arguments.get("callbacks")
+        if given is None or isinstance(given, (list, tuple)):
+            bound.arguments["callbacks"] = [*(given or ()), callback]  # a new list: the user's stays as it is
+        return original(*bound.args, **bound.kwargs)
+
+    return _set_on_instance(model, method, functools.wraps(original)(with_callback))
+
+
+def _keras_callback(base: type, tasks: _Tasks) -> Any:
+    class AutoittTasks(base):
+        """Epochs, training batches, and evaluation runs and batches, as autoitt tasks."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            tasks.begin(EPOCH)
+
+        def on_epoch_end(self, epoch, logs=None):
+            tasks.end(EPOCH)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            tasks.begin(STEP)
+
+        def on_train_batch_end(self, batch, logs=None):
+            tasks.end(STEP)
+
+        def on_test_begin(self, logs=None):
+            tasks.begin(EVAL_LOOP)
+
+        def on_test_end(self, logs=None):
+            tasks.end(EVAL_LOOP)
+
+        def on_test_batch_begin(self, batch, logs=None):
+            tasks.begin(EVAL)
+
+        def on_test_batch_end(self, batch, logs=None):
+            tasks.end(EVAL)
+
+        def on_predict_begin(self, logs=None):
+            tasks.begin(EVAL_LOOP)
+
+        def on_predict_end(self, logs=None):
+            tasks.end(EVAL_LOOP)
+
+        def on_predict_batch_begin(self, batch, logs=None):
+            tasks.begin(EVAL)
+
+        def on_predict_batch_end(self, batch, logs=None):
+            tasks.end(EVAL)
+
+    return AutoittTasks()
+
+
+# -- Lightning ----------------------------------------------------------------------------------
+
+def _lightning(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
+    package = "lightning.pytorch" if _module_of(trainer, "lightning").startswith("lightning.") else "pytorch_lightning"
+    base = importlib.import_module(package).Callback
+    original = getattr(trainer, "callbacks", None)
+    if not isinstance(original, list):
+        raise _CannotAttach("it has no callbacks list")
+    callback = _lightning_callback(base, tasks)
+    trainer.callbacks = [*original, callback]
+
+    def undo() -> None:
+        current = trainer.callbacks
+        if isinstance(current, list) and current == [*original, callback]:
+            trainer.callbacks = original  # the very list the trainer had
+        elif isinstance(current, list):
+            trainer.callbacks = [c for c in current if c is not callback]  # the run changed it: keep its changes
+    return undo
+
+
+def _lightning_callback(base: type, tasks: _Tasks) -> Any:
+    class AutoittTasks(base):
+        """Training epochs and batches, and validation, test and predict runs and batches, as autoitt tasks."""
+
+        def on_train_epoch_start(self, trainer, module):
+            tasks.begin(EPOCH)
+
+        def on_train_epoch_end(self, trainer, module):
+            tasks.end(EPOCH)
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            tasks.begin(STEP)
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            tasks.end(STEP)
+
+        def on_validation_start(self, trainer, module):
+            tasks.begin(EVAL_LOOP)
+
+        def on_validation_end(self, trainer, module):
+            tasks.end(EVAL_LOOP)
+
+        def on_validation_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
+            tasks.begin(EVAL)
+
+        def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+            tasks.end(EVAL)
+
+        def on_test_start(self, trainer, module):
+            tasks.begin(EVAL_LOOP)
+
+        def on_test_end(self, trainer, module):
+            tasks.end(EVAL_LOOP)
+
+        def on_test_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
+            tasks.begin(EVAL)
+
+        def on_test_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+            tasks.end(EVAL)
+
+        def on_predict_start(self, trainer, module):
+            tasks.begin(EVAL_LOOP)
+
+        def on_predict_end(self, trainer, module):
+            tasks.end(EVAL_LOOP)
+
+        def on_predict_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
+            tasks.begin(EVAL)
+
+        def on_predict_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+            tasks.end(EVAL)
+
+    return AutoittTasks()
+
+
+# -- Hugging Face -------------------------------------------------------------------------------
+
+def _transformers(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
+    if not all(hasattr(trainer, name) for name in ("add_callback", "remove_callback", "prediction_step",
+                                                   "evaluate")):
+        raise _CannotAttach("not a transformers.Trainer")
+    base = importlib.import_module("transformers").TrainerCallback
+    callback = _transformers_callback(base, tasks)
+    trainer.add_callback(callback)
+    # Its callbacks have no hook before an evaluation or an eval batch: the methods are wrapped instead.
+    undo_steps = _set_on_instance(trainer, "prediction_step", tasks.around(EVAL, trainer.prediction_step))
+    undo_runs = _set_on_instance(trainer, "evaluate", tasks.around(EVAL_LOOP, trainer.evaluate))
+
+    def undo() -> None:
+        undo_runs()
+        undo_steps()
+        trainer.remove_callback(callback)
+    return undo
+
+
+def _transformers_callback(base: type, tasks: _Tasks) -> Any:
+    class AutoittTasks(base):
+        """Epochs and optimizer steps as autoitt tasks."""
+
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            tasks.begin(EPOCH)
+
+        def on_epoch_end(self, args, state, control, **kwargs):
+            tasks.end(EPOCH)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            tasks.begin(STEP)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            tasks.end(STEP)
+
+    return AutoittTasks()
+
+
+_ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers}
