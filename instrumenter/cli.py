@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import click
 
@@ -31,17 +31,27 @@ Examples:
 """
 
 
+def _per_line(values: Sequence[str], metavar: str, example: str,
+              refused: Callable[[str], Optional[str]]) -> Tuple[Tuple[int, str], ...]:
+    """The (line, value) pairs of a repeatable ``LINE=VALUE`` option; ``refused`` says why a value is not
+    allowed, or ``None``."""
+    pairs = []
+    for given in values:
+        line, sep, value = given.partition("=")
+        value = value.strip()
+        if not sep or not line.strip().isdigit() or not value:
+            raise click.BadParameter(f"expected {metavar} (e.g. {example}), got {given!r}")
+        why = refused(value)
+        if why:
+            raise click.BadParameter(why)
+        pairs.append((int(line), value))
+    return tuple(pairs)
+
+
 def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    labels = []
-    for value in values:
-        line, sep, name = value.partition("=")
-        if not sep or not line.strip().isdigit() or not name.strip():
-            raise click.BadParameter(f"expected LINE=NAME (e.g. 42=warmup), got {value!r}")
-        name = name.strip()
-        if any(ch in name for ch in "\"\\\n"):
-            raise click.BadParameter(f"a label cannot contain quotes, backslashes or newlines: {name!r}")
-        labels.append((int(line), name))
-    return tuple(labels)
+    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: (
+        f"a label cannot contain quotes, backslashes or newlines: {name!r}" if any(c in name for c in "\"\\\n")
+        else None))
 
 
 _label_option = click.option(
@@ -58,15 +68,9 @@ _ROLE_CHOICES = ("step", "epoch", "eval", "train-call", "skip")
 
 
 def _parse_roles(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    roles = []
-    for value in values:
-        line, sep, role = value.partition("=")
-        role = role.strip()
-        if not sep or not line.strip().isdigit() or role not in _ROLE_CHOICES:
-            raise click.BadParameter(f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)} "
-                                     f"(e.g. 42=eval), got {value!r}")
-        roles.append((int(line), role))
-    return tuple(roles)
+    return _per_line(values, "LINE=ROLE", "42=eval", lambda role: (
+        None if role in _ROLE_CHOICES else f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)}, "
+                                           f"got {role!r}"))
 
 
 _role_option = click.option(

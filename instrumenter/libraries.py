@@ -36,7 +36,7 @@ import importlib
 import inspect
 import sys
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 #: The task names the callbacks use: those of loop markers (a loop's tasks are
 #: ``<label>_loop`` around, ``<label>`` per iteration; see transforms._markers).
@@ -163,7 +163,7 @@ def _set_on_instance(receiver: Any, name: str, value: Any) -> Callable[[], None]
 def _keras(model: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
     root = _module_of(model, "keras").split(".")[0]
     callbacks_module = importlib.import_module(f"{root}.callbacks")
-    callback = _keras_callback(callbacks_module.Callback, tasks)
+    callback = _callback(callbacks_module.Callback, tasks, _KERAS_HOOKS)
     original = getattr(model, method)
     try:
         signature = inspect.signature(original)
@@ -185,47 +185,15 @@ def _keras(model: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
     return _set_on_instance(model, method, functools.wraps(original)(with_callback))
 
 
-def _keras_callback(base: type, tasks: _Tasks) -> Any:
-    class AutoittTasks(base):
-        """Epochs, training batches, and evaluation runs and batches, as autoitt tasks."""
-
-        def on_epoch_begin(self, epoch, logs=None):
-            tasks.begin(EPOCH)
-
-        def on_epoch_end(self, epoch, logs=None):
-            tasks.end(EPOCH)
-
-        def on_train_batch_begin(self, batch, logs=None):
-            tasks.begin(STEP)
-
-        def on_train_batch_end(self, batch, logs=None):
-            tasks.end(STEP)
-
-        def on_test_begin(self, logs=None):
-            tasks.begin(EVAL_LOOP)
-
-        def on_test_end(self, logs=None):
-            tasks.end(EVAL_LOOP)
-
-        def on_test_batch_begin(self, batch, logs=None):
-            tasks.begin(EVAL)
-
-        def on_test_batch_end(self, batch, logs=None):
-            tasks.end(EVAL)
-
-        def on_predict_begin(self, logs=None):
-            tasks.begin(EVAL_LOOP)
-
-        def on_predict_end(self, logs=None):
-            tasks.end(EVAL_LOOP)
-
-        def on_predict_batch_begin(self, batch, logs=None):
-            tasks.begin(EVAL)
-
-        def on_predict_batch_end(self, batch, logs=None):
-            tasks.end(EVAL)
-
-    return AutoittTasks()
+#: hook -> (what it does, the task): epochs, training batches, and evaluation/prediction runs and batches.
+_KERAS_HOOKS = {
+    "on_epoch_begin": ("begin", EPOCH), "on_epoch_end": ("end", EPOCH),
+    "on_train_batch_begin": ("begin", STEP), "on_train_batch_end": ("end", STEP),
+    "on_test_begin": ("begin", EVAL_LOOP), "on_test_end": ("end", EVAL_LOOP),
+    "on_test_batch_begin": ("begin", EVAL), "on_test_batch_end": ("end", EVAL),
+    "on_predict_begin": ("begin", EVAL_LOOP), "on_predict_end": ("end", EVAL_LOOP),
+    "on_predict_batch_begin": ("begin", EVAL), "on_predict_batch_end": ("end", EVAL),
+}
 
 
 # -- Lightning ----------------------------------------------------------------------------------
@@ -236,7 +204,7 @@ def _lightning(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
     original = getattr(trainer, "callbacks", None)
     if not isinstance(original, list):
         raise _CannotAttach("it has no callbacks list")
-    callback = _lightning_callback(base, tasks)
+    callback = _callback(base, tasks, _LIGHTNING_HOOKS)
     trainer.callbacks = [*original, callback]
 
     def undo() -> None:
@@ -248,59 +216,14 @@ def _lightning(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
     return undo
 
 
-def _lightning_callback(base: type, tasks: _Tasks) -> Any:
-    class AutoittTasks(base):
-        """Training epochs and batches, and validation, test and predict runs and batches, as autoitt tasks."""
-
-        def on_train_epoch_start(self, trainer, module):
-            tasks.begin(EPOCH)
-
-        def on_train_epoch_end(self, trainer, module):
-            tasks.end(EPOCH)
-
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            tasks.begin(STEP)
-
-        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            tasks.end(STEP)
-
-        def on_validation_start(self, trainer, module):
-            tasks.begin(EVAL_LOOP)
-
-        def on_validation_end(self, trainer, module):
-            tasks.end(EVAL_LOOP)
-
-        def on_validation_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
-            tasks.begin(EVAL)
-
-        def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
-            tasks.end(EVAL)
-
-        def on_test_start(self, trainer, module):
-            tasks.begin(EVAL_LOOP)
-
-        def on_test_end(self, trainer, module):
-            tasks.end(EVAL_LOOP)
-
-        def on_test_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
-            tasks.begin(EVAL)
-
-        def on_test_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
-            tasks.end(EVAL)
-
-        def on_predict_start(self, trainer, module):
-            tasks.begin(EVAL_LOOP)
-
-        def on_predict_end(self, trainer, module):
-            tasks.end(EVAL_LOOP)
-
-        def on_predict_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
-            tasks.begin(EVAL)
-
-        def on_predict_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
-            tasks.end(EVAL)
-
-    return AutoittTasks()
+#: Training epochs and batches; validation, test and predict runs and batches (the sanity check's too).
+_LIGHTNING_HOOKS = {
+    "on_train_epoch_start": ("begin", EPOCH), "on_train_epoch_end": ("end", EPOCH),
+    "on_train_batch_start": ("begin", STEP), "on_train_batch_end": ("end", STEP),
+    **{hook: action for stage in ("validation", "test", "predict") for hook, action in (
+        (f"on_{stage}_start", ("begin", EVAL_LOOP)), (f"on_{stage}_end", ("end", EVAL_LOOP)),
+        (f"on_{stage}_batch_start", ("begin", EVAL)), (f"on_{stage}_batch_end", ("end", EVAL)))},
+}
 
 
 # -- Hugging Face -------------------------------------------------------------------------------
@@ -310,7 +233,7 @@ def _transformers(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None
                                                    "evaluate")):
         raise _CannotAttach("not a transformers.Trainer")
     base = importlib.import_module("transformers").TrainerCallback
-    callback = _transformers_callback(base, tasks)
+    callback = _callback(base, tasks, _TRANSFORMERS_HOOKS)
     trainer.add_callback(callback)
     # Its callbacks have no hook before an evaluation or an eval batch: the methods are wrapped instead.
     undo_steps = _set_on_instance(trainer, "prediction_step", tasks.around(EVAL, trainer.prediction_step))
@@ -323,23 +246,28 @@ def _transformers(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None
     return undo
 
 
-def _transformers_callback(base: type, tasks: _Tasks) -> Any:
-    class AutoittTasks(base):
-        """Epochs and optimizer steps as autoitt tasks."""
+#: Epochs and optimizer steps (evaluations: see _transformers).
+_TRANSFORMERS_HOOKS = {
+    "on_epoch_begin": ("begin", EPOCH), "on_epoch_end": ("end", EPOCH),
+    "on_step_begin": ("begin", STEP), "on_step_end": ("end", STEP),
+}
 
-        def on_epoch_begin(self, args, state, control, **kwargs):
-            tasks.begin(EPOCH)
 
-        def on_epoch_end(self, args, state, control, **kwargs):
-            tasks.end(EPOCH)
+def _callback(base: type, tasks: _Tasks, hooks: Dict[str, Tuple[str, str]]) -> Any:
+    """An instance of a subclass of the library's callback ``base`` whose ``hooks`` begin or end tasks.
 
-        def on_step_begin(self, args, state, control, **kwargs):
-            tasks.begin(STEP)
+    Hooks take any arguments: each library calls them its own way, and only the moment matters.
+    """
+    def hook(action: str, task: str) -> Callable:
+        step = getattr(tasks, action)
 
-        def on_step_end(self, args, state, control, **kwargs):
-            tasks.end(STEP)
+        def run(self, *args, **kwargs) -> None:
+            step(task)
+        return run
 
-    return AutoittTasks()
+    namespace = {name: hook(action, task) for name, (action, task) in hooks.items()}
+    namespace["__doc__"] = "autoitt's tasks for the epochs, steps and evaluations of one call."
+    return type("AutoittTasks", (base,), namespace)()
 
 
 _ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers}
