@@ -54,7 +54,8 @@ def test_a_seeded_sample_of_framework_files_instruments_cleanly():
     assert not summary.crashes, "crashes:\n" + _show(summary.crashes)
     assert not summary.safety_failures, "safety-check failures:\n" + _show(summary.safety_failures)
     assert not summary.timeouts and not summary.unfinished, (summary.timeouts, summary.unfinished)
-    # Otherwise the checks above would pass on a sample where nothing was rewritten.
+    # Otherwise the checks above would pass on a sample where nothing was rewritten. (Two files:
+    # the loops once taken for evals in this sample's test_* functions run no model, and are no longer.)
     assert summary.files_read == SAMPLE
-    assert summary.files_with_loops >= 3, summary.to_json()
+    assert summary.files_with_loops >= 2, summary.to_json()
     assert sum(summary.regions_instrumented_by_role.values()) >= 5, summary.regions_instrumented_by_role

@@ -148,7 +148,11 @@ def _loops(index: Index, classifier: Classifier, notes: List[Note]) -> List[_Fou
         elif forced is not None and forced[0] == "train-call":
             notes.append(Note(line, "train-call is the role of a call, not of a loop: --role ignored"))
         elif role is None:
-            continue
+            if id(site.node) in classifier.accumulating:
+                outer, backward = classifier.accumulating[id(site.node)]
+                notes.append(Note(line, f"loop only accumulates gradients ({backward}) that the loop at line "
+                                        f"{outer} applies once per iteration: that loop is the step, this one "
+                                        "is left unmarked"))
         elif site.compiled:
             notes.append(Note(line, f"{role[0]} loop inside {site.compiled}: compiled code gets no markers; "
                                     "its call site does"))
@@ -175,7 +179,8 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
         elif forced is not None and forced[0] in ("eval", "train-call"):
             found.append((site, forced[0], forced[1]))
         else:
-            found.append((site, "train-call", f"{called}() trains inside a library"))
+            rule = ev.train_call_rule(site.call, index.imports)
+            found.append((site, "train-call", rule or f"{called}() trains inside a library"))
     return found
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Optional, Set
+from typing import Dict, Iterable, Optional, Set, Tuple
 
+from ._aliases import Alias, function_alias
 from ._names import ImportTable, dotted, last_name
 
 # A name that "clearly names an optimizer": opt, optim, optimizer, opt_g,
@@ -23,9 +24,11 @@ _TRAIN_OP_NAME = re.compile(
     r"^(?:.*_)?(?:train|training|optimi[sz]e|minimi[sz]e|update)(?:_?(?:op|ops|step))?$", re.I
 )
 # Functions whose call is one training step: train_step, _train_step, training_step,
-# train_batch, train_on_batch, update_step, step_fn ...
+# train_batch, train_on_batch, update_step, step_fn ..., also under the prefixes JAX code
+# gives a compiled copy (p_train_step for jax.pmap, jit_train_step, compiled_step_fn).
 _TRAIN_STEP_FUNCTION = re.compile(
-    r"^_*(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn)$",
+    r"^_*(?:(?:p|pmap|pmapped|jit|jitted|compiled|parallel)_)?"
+    r"(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn)$",
     re.I,
 )
 _EPOCH_NAME = re.compile(r"epoch", re.I)
@@ -34,6 +37,16 @@ _EVAL_FUNCTION = re.compile(
     re.I,
 )
 _TRAINER_NAME = re.compile(r"trainer|estimator|classifier|regressor|learner", re.I)
+# What a TF Estimator's train() takes besides input_fn; PyTorch's train(mode) takes none of them.
+_ESTIMATOR_TRAIN_KEYWORDS = {"input_fn", "max_steps", "hooks", "steps", "saving_listeners"}
+# An input function passed by name: input_fn, train_input_fn, input_func, make_fn ...
+_INPUT_FN_NAME = re.compile(r"input_?fn|input_func|(?:^|_)fn$", re.I)
+# LightningCLI: Lightning 2 and pytorch_lightning 1.7+ (cli), 1.5-1.6 (utilities.cli).
+_LIGHTNING_CLI = {
+    "lightning.pytorch.cli.LightningCLI",
+    "pytorch_lightning.cli.LightningCLI",
+    "pytorch_lightning.utilities.cli.LightningCLI",
+}
 
 _COMPILE_DECORATORS = {
     "tensorflow.function": "@tf.function",
@@ -72,12 +85,15 @@ class Bindings:
     ``optimizer.minimize(...)`` returns. ``instances``: name -> class defined in
     this file, from ``trainer = Trainer(...)``. ``external``: names assigned
     the result of calling something imported (``model = keras.Sequential()``).
+    ``aliases``: names bound to a wrapped function (:func:`~transforms._aliases.function_alias`,
+    ``p_train_step = jax.pmap(train_step)``): calling one runs the function it wraps.
     """
 
     optimizers: Set[str] = field(default_factory=set)
     train_ops: Set[str] = field(default_factory=set)
     instances: Dict[str, str] = field(default_factory=dict)
     external: Set[str] = field(default_factory=set)
+    aliases: Dict[str, Alias] = field(default_factory=dict)
 
 
 def is_optimizer_constructor(resolved: str) -> bool:
@@ -107,6 +123,10 @@ def collect_bindings(assignments: Iterable[ast.stmt], imports: ImportTable, clas
         names = [n for n in names if n]
         if not names:
             continue
+        alias = function_alias(value, imports)
+        if alias is not None:
+            # Not for a name bound to itself wrapped (model = torch.compile(model)): a model, not a step.
+            bindings.aliases.update((n, alias) for n in names if n != dotted(alias.target))
         callee = imports.resolve(value.func) or ""
         if is_optimizer_constructor(callee):
             bindings.optimizers.update(names)
@@ -128,6 +148,19 @@ def _names_an_optimizer(node: ast.AST, bindings: Bindings) -> bool:
         return True
     last = last_name(node) or ""
     return bool(_OPTIMIZER_NAME.match(last)) and not _SCHEDULER_NAME.search(last)
+
+
+def _applies_gradients(call: ast.Call, receiver: ast.AST, bindings: Bindings) -> bool:
+    """Keras 3's ``optimizer.apply(grads, trainable_variables)`` (the JAX backend's
+    ``stateless_apply(optimizer_variables, grads, trainable_variables)``): ``apply`` names
+    too many things (``opt = parse_args()``), so the object must be bound to an optimizer
+    or the call be given gradients."""
+    if not call.args or not _names_an_optimizer(receiver, bindings):
+        return False
+    if dotted(receiver) in bindings.optimizers:
+        return True
+    return any(re.search(r"grad", last_name(node) or "", re.I)
+               for arg in call.args for node in ast.walk(arg))
 
 
 def _fetches_train_op(node: ast.AST, bindings: Bindings) -> Optional[str]:
@@ -173,6 +206,8 @@ def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
             return f"{shown}.minimize()"
         if attr == "apply_gradients":
             return f"{shown}.apply_gradients()"
+        if attr in ("apply", "stateless_apply") and _applies_gradients(call, func.value, bindings):
+            return f"{shown}.{attr}() (Keras 3 optimizer)"
         if attr == "train_on_batch":
             return f"{shown}.train_on_batch()"
         if attr == "run":
@@ -184,34 +219,84 @@ def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
                 if op:
                     return f"{shown}.run({op})"
     callee = last_name(func)
+    if callee == "apply_updates":
+        # optax.apply_updates(params, updates): the new parameters of a JAX step.
+        return f"{dotted(func) or callee}()"
+    alias = bindings.aliases.get(dotted(func) or "")
+    if alias is not None and _TRAIN_STEP_FUNCTION.match(last_name(alias.target) or ""):
+        return f"calls {dotted(func)}() = {alias.shown}"
     if callee and _TRAIN_STEP_FUNCTION.match(callee):
         return f"calls {dotted(func) or callee}()"
     return None
+
+
+def computes_gradients(call: ast.Call) -> bool:
+    """True for an update that only computes gradients (``loss.backward()``): the
+    optimizer applies them elsewhere, and may do so once for many of them."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
 
 
 def train_call(call: ast.Call, imports: ImportTable) -> Optional[str]:
     """The task label for a call that trains inside a library, or ``None``.
 
     ``model.fit(...)`` (Keras, Lightning, scikit-learn), ``trainer.train()``
-    (Hugging Face), ``estimator.train(input_fn=...)`` and
-    ``tf.estimator.train_and_evaluate(...)``. PyTorch's ``model.train()`` only
-    switches mode and is not one.
+    (Hugging Face), ``estimator.train(input_fn=...)`` or
+    ``estimator.train(train_input_fn, ...)``, ``tf.estimator.train_and_evaluate(...)``,
+    ``LightningCLI(...)``. PyTorch's ``model.train()``/``model.train(False)``/
+    ``model.train(mode=True)`` only switches mode and is not one.
     """
+    found = _library_training(call, imports)
+    return found[0] if found else None
+
+
+def train_call_rule(call: ast.Call, imports: ImportTable) -> Optional[str]:
+    """Why ``call`` trains, for the idioms whose name alone does not say it, or ``None``."""
+    found = _library_training(call, imports)
+    return found[1] if found else None
+
+
+def _library_training(call: ast.Call, imports: ImportTable) -> Optional[Tuple[str, Optional[str]]]:
+    """(label, rule or ``None``) of :func:`train_call`."""
     func = call.func
+    resolved = imports.resolve(func) or ""
+    if resolved in _LIGHTNING_CLI:
+        run = next((k.value for k in call.keywords if k.arg == "run"), None)
+        if isinstance(run, ast.Constant) and run.value is False:
+            return None  # builds the trainer only; its cli.trainer.fit(...) is the call that trains
+        return "LightningCLI", (f"{dotted(func) or 'LightningCLI'}() trains inside Lightning: without "
+                                "run=False it runs the command line's Trainer subcommand (fit, validate, ...)")
     if not isinstance(func, ast.Attribute):
         return None
     if func.attr in ("fit", "fit_generator") and (call.args or call.keywords):
-        return "fit"
+        return "fit", None
     if func.attr == "fit" and _TRAINER_NAME.search(dotted(func.value) or ""):
-        return "fit"
+        return "fit", None
     if func.attr == "train":
         receiver = dotted(func.value) or ""
         keywords = {k.arg for k in call.keywords}
         if _TRAINER_NAME.search(receiver.rsplit(".", 1)[-1]) or keywords & {"input_fn", "max_steps", "hooks"}:
-            return "train"
-    if (imports.resolve(func) or "").endswith("estimator.train_and_evaluate"):
-        return "train_and_evaluate"
+            return "train", None
+        if call.args and _is_input_function(call.args[0]):
+            return "train", (f"{dotted(func) or 'train'}() trains inside a library: its first argument is an "
+                             "input function, as TF Estimator.train(input_fn, ...)'s is (PyTorch's train(mode) "
+                             "takes a bool)")
+        if keywords & _ESTIMATOR_TRAIN_KEYWORDS:
+            keyword = sorted(keywords & _ESTIMATOR_TRAIN_KEYWORDS)[0]
+            return "train", (f"{dotted(func) or 'train'}() trains inside a library: it takes {keyword}=, as TF "
+                             "Estimator.train does (PyTorch's train(mode) does not)")
+    if resolved.endswith("estimator.train_and_evaluate"):
+        return "train_and_evaluate", None
     return None
+
+
+def _is_input_function(node: ast.AST) -> bool:
+    """An Estimator input function: a lambda, a ``functools.partial(...)``, a name like
+    ``train_input_fn`` or what a builder like ``make_input_fn(df)`` returns."""
+    if isinstance(node, ast.Lambda):
+        return True
+    if isinstance(node, ast.Call):
+        return last_name(node.func) == "partial" or bool(_INPUT_FN_NAME.search(last_name(node.func) or ""))
+    return bool(_INPUT_FN_NAME.search(last_name(node) or ""))
 
 
 #: Library methods that evaluate or predict: Keras ``model.evaluate/predict``, Lightning

@@ -148,6 +148,31 @@ class Index:
             for name, method in methods.items():
                 self.method_names.setdefault(name, []).append(method)
         self._block_calls: Dict[Tuple[int, bool], List[ast.Call]] = {}
+        self._compile_wrapped_functions()
+        #: names bound to objects of this file's model classes (a ``forward`` or Keras ``call`` method)
+        self.models: Set[str] = {name for name, cls in self.bindings.instances.items()
+                                 if {"forward", "call"} & set(self.classes.get(cls, {}))}
+
+    def _compile_wrapped_functions(self) -> None:
+        """Mark the functions the script compiles by wrapping (``jit_step = jax.jit(train_step)``)
+        as compiled, as ``@jax.jit`` would: their loops run traced, so they get no markers."""
+        for alias in self.bindings.aliases.values():
+            if alias.compiler is None:
+                continue
+            function = self._function_named(alias.target)
+            if function is not None and function.compiled is None:
+                function.compiled = f"{alias.compiler}-compiled"
+
+    def _function_named(self, node: ast.AST) -> Optional[Function]:
+        """The one function of the file ``node`` can name (``train_step``, ``self.train_step``), if any."""
+        if isinstance(node, ast.Name):
+            found = self.functions.get(node.id)
+            candidates = [found] if found else [f for f in self.functions.values() if f.name == node.id]
+        elif isinstance(node, ast.Attribute) and dotted(node.value) in ("self", "cls"):
+            candidates = self.method_names.get(node.attr, [])
+        else:
+            return None
+        return candidates[0] if len(candidates) == 1 else None
 
     def _walk(self, stmts: Sequence[ast.stmt], function: Optional[Function], class_qualname: Optional[str],
               loops: Tuple[ast.AST, ...], grad_off: Optional[str], one_line: bool = False) -> None:
@@ -264,8 +289,21 @@ class Index:
             cached = self._block_calls[key] = self.block_calls(function.node.body, enter_loops)
         return cached
 
-    def resolve(self, call: ast.Call, function: Optional[Function]) -> Optional[Function]:
-        """The same-file function or method a call runs, when it can be told."""
+    def resolve(self, call: ast.Call, function: Optional[Function], depth: int = 3) -> Optional[Function]:
+        """The same-file function or method a call runs, when it can be told.
+
+        A name bound to a wrapped function (``p_train_step = jax.pmap(train_step)``,
+        ``step = functools.partial(train_step, ...)``) runs the function it wraps, up to
+        ``depth`` wrappings deep.
+        """
+        found = self._resolve(call, function)
+        if found is None and depth > 0 and self.bindings.aliases:
+            alias = self.bindings.aliases.get(dotted(call.func) or "")
+            if alias is not None:
+                return self.resolve(ast.Call(func=alias.target, args=[], keywords=[]), function, depth - 1)
+        return found
+
+    def _resolve(self, call: ast.Call, function: Optional[Function]) -> Optional[Function]:
         func = call.func
         if isinstance(func, ast.Name):
             for scope in function.chain() if function else ():

@@ -3,10 +3,14 @@
 A loop is a *step* when one iteration updates parameters, directly or through
 functions of the same file it calls (followed up to :data:`CALL_DEPTH` deep);
 an *epoch* when its body holds a step loop (directly or through a call) or it
-iterates over epochs and does work; an *eval* when it runs forward passes with
-gradients off, after ``model.eval()`` or in an eval-like function. A role
-given on the command line (``--role LINE=step``) or a comment on the loop's
-header (``# autoitt: step``) decides instead, in that order.
+iterates over epochs and does work; an *eval* when it iterates over data and
+runs forward passes with gradients off, after ``model.eval()``, in an
+eval-like function, through an eval step or over validation data. A loop
+whose backward passes an enclosing loop applies (``for batch: for task:
+loss.backward()``, then ``optimizer.step()``) only accumulates gradients: the
+enclosing loop is the step. A role given on the command line (``--role
+LINE=step``) or a comment on the loop's header (``# autoitt: step``) decides
+instead, in that order.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import ast
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from . import _eval_evidence as eev
 from . import _evidence as ev
 from ._index import Function, Index, Site
-from ._names import dotted
+from ._names import dotted, last_name
 
 #: How many same-file calls deep detection follows from a loop body.
 CALL_DEPTH = 4
@@ -37,7 +42,18 @@ class Classifier:
         self.roles_given = dict(roles or {})
         self.roles: Dict[int, Role] = {}
         self._in_progress: Set[int] = set()
-        self._updates: Dict[Tuple[int, int], Optional[str]] = {}
+        #: (kind, id(function), depth) -> what calling the function does once, of that kind
+        self._found_in: Dict[Tuple[str, int, int], Optional[str]] = {}
+        self._recognisers = {
+            "update": lambda call: ev.update_evidence(call, index.bindings),
+            # an update that applies gradients (optimizer.step()), not one that only computes them
+            "apply": lambda call: None if ev.computes_gradients(call) else ev.update_evidence(call, index.bindings),
+            "forward": lambda call: eev.forward_pass(call, index.models),
+        }
+        #: id(loop) -> (line of the loop that applies its gradients, its backward pass): not a step
+        self.accumulating: Dict[int, Tuple[int, str]] = {}
+        #: id(loop) -> (line of a loop in it that only accumulates gradients, its backward pass)
+        self._accumulated_by: Dict[int, Tuple[int, str]] = {}
         self._training: Dict[Tuple[int, int], Optional[Tuple[int, str]]] = {}
         self._loops_of: Dict[Optional[str], List[Site]] = {}
         for site in index.loops:
@@ -71,32 +87,46 @@ class Classifier:
 
     # -- functions -----------------------------------------------------------------------------
 
-    def direct_update(self, function: Function, depth: int, seen: Set[int]) -> Optional[str]:
-        """Why calling ``function`` updates parameters once (outside its own loops)."""
+    def found_in(self, function: Function, kind: str, depth: int, seen: Set[int]) -> Optional[str]:
+        """Why calling ``function`` does ``kind`` once (outside its own loops): ``update``
+        parameters, ``apply`` gradients (an update that is not only a backward pass), or
+        run a ``forward`` pass."""
         if depth <= 0 or id(function.node) in seen:
             return None
-        key = (id(function.node), depth)
-        if key not in self._updates:
+        key = (kind, id(function.node), depth)
+        if key not in self._found_in:
             # Memoized per depth, so the call bound stays exact; a cycle cut
-            # short by ``seen`` only ever hides an update, never invents one.
+            # short by ``seen`` only ever hides evidence, never invents it.
             calls = self.index.function_calls(function, enter_loops=False)
-            self._updates[key] = self._update_from(calls, function, depth, seen | {id(function.node)})
-        return self._updates[key]
+            self._found_in[key] = self._evidence(calls, function, kind, depth, seen | {id(function.node)})
+        return self._found_in[key]
 
-    def _update_from(self, calls, function, depth: int, seen: Set[int]) -> Optional[str]:
+    def _evidence(self, calls, function, kind: str, depth: int = CALL_DEPTH,
+                  seen: Optional[Set[int]] = None) -> Optional[str]:
+        """Why running ``calls`` (in ``function``) does ``kind``: a call's own evidence, else a callee's."""
+        recognise = self._recognisers[kind]
         for call in calls:
-            found = ev.update_evidence(call, self.index.bindings)
+            found = recognise(call)
             if found:
                 return found
         for call in calls:
             callee = self.index.resolve(call, function)
             if callee is not None:
-                found = self.direct_update(callee, depth - 1, seen)
+                found = self.found_in(callee, kind, depth - 1, seen or set())
                 if found:
+                    called = self._called(call, callee)
                     if found.startswith("calls "):
-                        return f"calls {callee.qualname}() -> {found[len('calls '):]}"
-                    return f"calls {callee.qualname}(): {found}"
+                        return f"calls {called} -> {found[len('calls '):]}"
+                    return f"calls {called}: {found}"
         return None
+
+    def _called(self, call: ast.Call, callee: Function) -> str:
+        """How a reason names the function a call runs: ``train_step()``, or through the name
+        that wraps it, ``p_train_step() = jax.pmap(train_step)``."""
+        alias = self.index.bindings.aliases.get(dotted(call.func) or "")
+        if alias is not None and last_name(call.func) != callee.name:
+            return f"{dotted(call.func)}() = {alias.shown}"
+        return f"{callee.qualname}()"
 
     def training_loop_in(self, function: Function, depth: int, seen: Set[int]) -> Optional[Tuple[int, str]]:
         """(line, role) of a step or epoch loop that calling ``function`` runs."""
@@ -158,10 +188,10 @@ class Classifier:
             if callee is not None:
                 found = self.training_loop_in(callee, CALL_DEPTH, set())
                 if found:
-                    return "epoch", f"calls {callee.qualname}() which has a {found[1]} loop at line {found[0]}"
-        update = self._update_from(calls, site.function, CALL_DEPTH, set())
+                    return "epoch", f"calls {self._called(call, callee)} which has a {found[1]} loop at line {found[0]}"
+        update = self._evidence(calls, site.function, "update")
         if update:
-            return "step", f"updates parameters: {update}"
+            return self._step(site, calls, update)
         for call in calls:
             label = ev.train_call(call, self.index.imports)
             if label and self.index.resolve(call, site.function) is None:
@@ -170,12 +200,47 @@ class Classifier:
         if epochs and any(ev.is_forward_call(call) for call in calls):
             # A loop over epochs that only prints or formats (a history table) is not training.
             return "epoch", epochs
-        context = self._eval_context(site)
-        if context and any(ev.is_forward_call(call) for call in calls):
-            return "eval", f"forward passes {context}"
+        context = self._eval_context(site, calls)
+        if context is None or eev.not_data(loop, calls):
+            return None  # an eval loop iterates over data: not metrics, top-k values, an input() prompt
+        forward = self._evidence(calls, site.function, "forward")
+        if forward is None:
+            return None  # nothing in it runs a model
+        return "eval", f"forward passes {context}" + ("" if forward in context else f": {forward}")
+
+    def _step(self, site: Site, calls, update: str) -> Role:
+        """A loop that updates parameters: a step, unless it only computes gradients that an
+        enclosing loop applies, once per iteration of its own (meta-learning, accumulation over
+        tasks or micro-batches): then that loop is the step and this one is left unmarked."""
+        loop = site.node
+        if self._evidence(calls, site.function, "apply") is None:
+            around = self._applying_loop_around(site)
+            if around is not None:
+                self.accumulating[id(loop)] = around.lineno, update
+                self._accumulated_by.setdefault(id(around), (loop.lineno, update))
+                return None
+        inner = self._accumulated_by.get(id(loop))
+        if inner is not None:
+            return "step", (f"updates parameters: {update} once per iteration, after the loop at line "
+                            f"{inner[0]} accumulates gradients ({inner[1]})")
+        return "step", f"updates parameters: {update}"
+
+    def _applying_loop_around(self, site: Site) -> Optional[ast.AST]:
+        """The innermost loop around ``site`` (in its function) whose own body, run once per
+        iteration, applies gradients; ``None`` when a role given to it decides."""
+        for outer in reversed(site.loops):
+            if site.node.lineno > (outer.body[-1].end_lineno or outer.body[-1].lineno):
+                continue  # in the loop's else clause: runs once, not every iteration
+            if self.forced(outer) is not None:
+                return None
+            own = self.index.block_calls(outer.body, enter_loops=False)
+            if self._evidence(own, site.function, "apply"):
+                return outer
         return None
 
-    def _eval_context(self, site: Site) -> Optional[str]:
+    def _eval_context(self, site: Site, calls) -> Optional[str]:
+        """What says ``site`` evaluates (gradients off, eval mode, an eval function, an eval
+        step, validation data), or ``None``; ``calls``: those its body makes itself."""
         if site.grad_off:
             return f"under {site.grad_off}"
         loop = site.node
@@ -187,7 +252,7 @@ class Classifier:
                     return f"under {off}"
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and ev.mode_switch(stmt.value) == "eval":
                 return f"after {dotted(stmt.value.func)}()"
-        for call in self.index.block_calls(loop.body, enter_loops=False):
+        for call in calls:
             for keyword in call.keywords:
                 if keyword.arg == "training" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False:
                     return "with training=False"
@@ -200,4 +265,12 @@ class Classifier:
         before = [(line, s) for line, s in self.index.mode_switches.get(key, []) if line < loop.lineno]
         if before and before[-1][1] == "eval":
             return f"after .eval() at line {before[-1][0]}"
+        aliases = self.index.bindings.aliases
+        for call in calls:
+            step = eev.eval_step_call(call, aliases)
+            if step:
+                return f"in eval step {step}"
+        data = eev.validation_data(loop)
+        if data:
+            return f"over validation data ({data})"
         return None
