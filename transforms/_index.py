@@ -12,6 +12,7 @@ function does this call run?") are answered from the per-statement lists.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -265,6 +266,12 @@ class Index:
                 break
 
     # -- calls ---------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def resolved_calls(self) -> List[Tuple[ast.Call, str]]:
+        """Every call with the dotted name its callee resolves to through the imports ("" if none)."""
+        resolve = self.imports.resolve
+        return [(node, resolve(node.func) or "") for node in self.all_calls]
 
     def block_calls(self, stmts: Sequence[ast.stmt], enter_loops: bool) -> List[ast.Call]:
         """Calls that running ``stmts`` makes itself: not in nested definitions, and

@@ -27,7 +27,7 @@ def crossing_own_markers(index: Index, sites: Sequence[Site]) -> List[Tuple[Site
     autoitt's wrap whole statements, the script's sit outside them or inside
     functions they call.
     """
-    own = [node for node in index.all_calls if _is_itt(index, node)]
+    own = [node for node, resolved in index.resolved_calls if _is_itt(resolved)]
     if not own:
         return []
     bearing = {id(function.node) for function in _functions_holding(index, own)}
@@ -46,8 +46,7 @@ def crossing_own_markers(index: Index, sites: Sequence[Site]) -> List[Tuple[Site
     return crossing
 
 
-def _is_itt(index: Index, node: ast.Call) -> bool:
-    resolved = index.imports.resolve(node.func) or ""
+def _is_itt(resolved: str) -> bool:
     head = resolved.rpartition(".")[0]
     return (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE
             or head.endswith(".profiler.itt") and head.split(".")[0] == "torch")
@@ -69,8 +68,7 @@ def instrumented_by(source: Source, index: Index) -> Optional[str]:
         modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         if any(name == ITT_PYTHON_MODULE or name.split(".")[0] == ITTAPI_PACKAGE for name in modules):
             return f"hand (imports {modules[0]} at line {node.lineno})"
-    for node in index.all_calls:
-        resolved = index.imports.resolve(node.func) or ""
+    for node, resolved in index.resolved_calls:
         head, _, tail = resolved.rpartition(".")
         if tail in HAND_MARKER_CALLS and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
             return f"hand ({dotted(node.func)}() at line {node.lineno})"
@@ -79,8 +77,8 @@ def instrumented_by(source: Source, index: Index) -> Optional[str]:
 
 def itt_calls(index: Index, function: str) -> Iterator[ast.Call]:
     """The script's calls of ITT's ``function`` (ittapi's, itt-python's, or a copy's ``itt``)."""
-    for node in index.all_calls:
-        head, _, tail = (index.imports.resolve(node.func) or "").rpartition(".")
+    for node, resolved in index.resolved_calls:
+        head, _, tail = resolved.rpartition(".")
         if tail == function and (head.startswith(ITTAPI_PACKAGE) or head == ITT_PYTHON_MODULE):
             yield node
 
@@ -107,8 +105,7 @@ _TORCH_PROFILERS = frozenset((
 
 def torch_profiler_call(index: Index) -> Optional[Tuple[int, str]]:
     """(line, what) of the script's first call that runs a PyTorch profiler, if any."""
-    for node in index.all_calls:
-        resolved = index.imports.resolve(node.func) or ""
+    for node, resolved in index.resolved_calls:
         if resolved in _TORCH_PROFILERS:
             return node.lineno, resolved
     return None
