@@ -60,6 +60,11 @@ class Backend(ABC):
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
         """The summary of what was collected in ``folder``; also writes it there (``summary.json``, ...)."""
 
+    def saved(self, folder: Path) -> Optional[Summary]:
+        """The summary a read of ``folder`` saved, if it is still that of what was collected (``autoitt report``
+        prints it without reading everything again); ``None`` if it must be read again."""
+        return None
+
     @abstractmethod
     def render(self, summary: Summary, console: Console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation) -> None:

@@ -383,22 +383,30 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 @cli.command(epilog=_EPILOG)
 @click.argument("result_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-def report(result_dir: Path, as_json: bool) -> None:
-    """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR)."""
+@click.option("--recompute", is_flag=True,
+              help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
+                   "printing the saved summary.")
+def report(result_dir: Path, as_json: bool, recompute: bool) -> None:
+    """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
+
+    The summary saved by the run is printed as it is, whatever the run's length; it is read again from
+    what was collected when it is missing or older than the traces, or with --recompute.
+    """
     tally = Tally(quiet=as_json)
 
     def run() -> None:
         from .profiling import load
 
-        _show(load(result_dir), as_json)
+        _show(load(result_dir), as_json, recompute)
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))
 
 
-def _show(done, as_json: bool):
-    """Read a profile's results, print them (as JSON, or for a person); returns the summary."""
-    summary = done.summarize()
+def _show(done, as_json: bool, recompute: bool = True):
+    """Read a profile's results (or its saved summary, without ``recompute``), print them (as JSON, or for a
+    person); returns the summary."""
+    summary = done.summarize(recompute)
     if as_json:
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:

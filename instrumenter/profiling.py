@@ -56,8 +56,11 @@ class Profile:
     instrumentation: Instrumentation
     backend: Backend
 
-    def summarize(self):
-        return self.backend.read(self.folder, self.record, self.instrumentation)
+    def summarize(self, recompute: bool = True):
+        """The run's summary: read from what was collected, or with ``recompute`` off, the one saved
+        by an earlier read when it is still current."""
+        saved = None if recompute else self.backend.saved(self.folder)
+        return saved if saved is not None else self.backend.read(self.folder, self.record, self.instrumentation)
 
 
 def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say) -> Profile:

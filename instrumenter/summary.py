@@ -90,3 +90,21 @@ class Summary:
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
             step["durations_s"] = list(step["durations_s"])
         return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Summary":
+        """The summary :meth:`to_json` gave (the built-in backend's: ``vtune`` stays as saved, plain data).
+
+        Raises ``KeyError``/``TypeError`` on JSON of another shape (an earlier autoitt's).
+        """
+        def steps(items: List[dict]) -> List[StepStats]:
+            return [StepStats(**{**step, "durations_s": tuple(step["durations_s"])}) for step in items]
+
+        return cls(**{
+            **data,
+            "tasks": [TaskStats(**task) for task in data["tasks"]],
+            "steps": steps(data["steps"]),
+            "operators": [TaskStats(**task) for task in data["operators"]],
+            "ranks": [RankStats(rank["rank"], rank["pids"], steps(rank["steps"])) for rank in data["ranks"]],
+            "stragglers": [Straggler(**straggler) for straggler in data["stragglers"]],
+        })

@@ -309,6 +309,31 @@ def test_another_user_can_report_a_result_folder(torch_run, tmp_path_factory):
         shutil.rmtree(shared.parent)
 
 
+def test_report_prints_the_saved_summary_without_reading_the_traces_again(torch_run, tmp_path):
+    import shutil
+
+    folder, summary, _ = torch_run
+    copy = tmp_path / "result"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("itt-*.bin"))  # the saved summary only
+    again = autoitt("report", "--json", str(copy))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == summary
+
+
+def test_report_reads_the_traces_again_when_they_are_newer_than_the_saved_summary(torch_run, tmp_path):
+    import shutil
+
+    folder, summary, _ = torch_run
+    copy = tmp_path / "result"
+    shutil.copytree(folder, copy)
+    (copy / "summary.json").write_text("{}")  # not a summary: reading it would fail
+    os.utime(copy / "summary.json", ns=(0, 0))
+    again = autoitt("report", "--json", str(copy))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["steps"] == summary["steps"]
+    assert json.loads((copy / "summary.json").read_text())["steps"] == summary["steps"]  # saved again
+
+
 def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch, capsys):
     """Someone else's (or a read-only) result folder: simulated, since root may write anywhere."""
     from click.testing import CliRunner
@@ -322,7 +347,7 @@ def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch,
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(instrumenter.results, "atomic_write", refused)
-    result = CliRunner().invoke(cli, ["report", "--json", str(folder)])
+    result = CliRunner().invoke(cli, ["report", "--json", "--recompute", str(folder)])
     assert result.exit_code == 0, result.output
     again = json.loads(result.stdout)
     assert again["steps"] == summary["steps"]

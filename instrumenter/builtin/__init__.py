@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from .. import target
 from ..backend import Backend, Finished, Job, Say
@@ -25,6 +26,8 @@ from ..summary import Summary
 
 #: The collector's per-process files, inside the result folder.
 TRACE_SUBDIR = "itt"
+#: What a read saves: the summary ``autoitt report`` prints again.
+SUMMARY_FILE = "summary.json"
 
 
 class BuiltinBackend(Backend):
@@ -68,10 +71,23 @@ class BuiltinBackend(Backend):
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
             "trace.json": json.dumps(chrome_trace.build(traces, items, script_name)),
-            "summary.json": json.dumps(summary.to_json(), indent=2) + "\n",
+            SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
             "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}"),
         }))
         return summary
+
+    def saved(self, folder: Path) -> Optional[Summary]:
+        """summary.json, unless a trace file is newer (a run still writing, or traces replaced) or it is not
+        this autoitt's (then it is read again)."""
+        path = folder / SUMMARY_FILE
+        try:
+            written = path.stat().st_mtime_ns
+            traces = folder / TRACE_SUBDIR
+            if traces.is_dir() and any(p.stat().st_mtime_ns > written for p in traces.iterdir()):
+                return None
+            return Summary.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def render(self, summary: Summary, console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation) -> None:
