@@ -2,7 +2,11 @@
 
 Plain SVG written by hand: no plotting library in autoitt's dependencies.
 One series per step loop; the median is drawn as a dashed line, points above
-the 95th percentile are marked.
+the 95th percentile are marked. A run of more than :data:`MAX_POINTS` steps
+is drawn by step range: the median of each range as the line, its minimum to
+maximum as a band, a mark at the maximum of ranges that reach above the 95th
+percentile (the highest :data:`MAX_MARKS` of them), so the file stays small
+whatever the run's length.
 """
 
 from __future__ import annotations
@@ -14,6 +18,27 @@ from xml.sax.saxutils import escape
 _WIDTH, _HEIGHT = 720, 360
 _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 20, 40, 50
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+#: At most this many points per series (one per step, or per range of steps).
+MAX_POINTS = 2000
+#: At most this many marked points per series.
+MAX_MARKS = 200
+
+
+class _Range:
+    """Steps ``first..last`` (0-based) of a series, drawn at their middle: median, min, max (ms)."""
+
+    __slots__ = ("first", "last", "median", "low", "high")
+
+    def __init__(self, first: int, values: Sequence[float]) -> None:
+        ordered = sorted(values)
+        self.first, self.last = first, first + len(values) - 1
+        self.median = ordered[len(ordered) // 2]
+        self.low, self.high = ordered[0], ordered[-1]
+
+
+def _ranges(values: Sequence[float]) -> List[_Range]:
+    size = max(1, math.ceil(len(values) / MAX_POINTS))
+    return [_Range(start, values[start:start + size]) for start in range(0, len(values), size)]
 
 
 def _nice_ticks(top: float, count: int = 5) -> List[float]:
@@ -36,7 +61,7 @@ def step_time_svg(steps: Sequence, title: str) -> str:
     plot_w = _WIDTH - _LEFT - _RIGHT
     plot_h = _HEIGHT - _TOP - _BOTTOM
 
-    def x(index: int) -> float:
+    def x(index: float) -> float:
         return _LEFT + (plot_w * index / max(longest - 1, 1))
 
     def y(ms: float) -> float:
@@ -62,16 +87,31 @@ def step_time_svg(steps: Sequence, title: str) -> str:
             out.append(f'<text x="{x(index):.1f}" y="{_TOP + plot_h + 18}" text-anchor="middle">{index + 1}</text>')
     for number, (label, values, median, p95) in enumerate(series):
         colour = _COLOURS[number % len(_COLOURS)]
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
+        ranges = _ranges(values)
+        grouped = ranges[0].first != ranges[0].last
+
+        def mid(r: _Range) -> float:
+            return x((r.first + r.last) / 2)
+
+        if grouped:
+            band = [f"{mid(r):.1f},{y(r.high):.1f}" for r in ranges] + \
+                   [f"{mid(r):.1f},{y(r.low):.1f}" for r in reversed(ranges)]
+            out.append(f'<polygon fill="{colour}" fill-opacity="0.2" stroke="none" points="{" ".join(band)}">'
+                       f'<title>{escape(label)}: min to max of each range of {ranges[0].last + 1} steps</title>'
+                       '</polygon>')
+        points = " ".join(f"{mid(r):.1f},{y(r.median):.1f}" for r in ranges)
         out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>')
         out.append(f'<line x1="{_LEFT}" y1="{y(median):.1f}" x2="{_LEFT + plot_w}" y2="{y(median):.1f}" '
                    f'stroke="{colour}" stroke-dasharray="5,4" stroke-width="1"/>')
-        for i, v in enumerate(values):
-            if v > p95 or i == 0:
-                out.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="3.5" fill="{colour}">'
-                           f'<title>{escape(label)} step {i + 1}: {v:.2f} ms</title></circle>')
+        marked = sorted((r for r in ranges[1:] if r.high > p95), key=lambda r: r.high, reverse=True)[:MAX_MARKS]
+        for r in sorted([ranges[0], *marked], key=lambda r: r.first):
+            steps = f"step {r.first + 1}" if not grouped else f"steps {r.first + 1}-{r.last + 1}, max"
+            value = r.high if grouped else r.median
+            out.append(f'<circle cx="{mid(r):.1f}" cy="{y(value):.1f}" r="3.5" fill="{colour}">'
+                       f'<title>{escape(label)} {steps}: {value:.2f} ms</title></circle>')
         out.append(f'<text x="{_LEFT + 10}" y="{_TOP + 14 + 16 * number}" fill="{colour}">'
-                   f'{escape(label)}: median {median:.2f} ms (dashed), p95 {p95:.2f} ms, first {values[0]:.2f} ms</text>')
+                   f'{escape(label)}: median {median:.2f} ms (dashed), p95 {p95:.2f} ms, first {values[0]:.2f} ms'
+                   + (f"; by ranges of {ranges[0].last + 1} steps" if grouped else "") + '</text>')
     if not series:
         out.append(f'<text x="{_WIDTH / 2}" y="{_HEIGHT / 2}" text-anchor="middle">no step tasks were recorded</text>')
     out.append("</svg>")
