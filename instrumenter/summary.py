@@ -39,7 +39,9 @@ class StepStats:
     p95_s: float
     first_s: float
     steady_mean_s: float  # mean of every step after the first
-    durations_s: Tuple[float, ...] = field(repr=False)
+    #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
+    #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
+    durations_s: Tuple[float, ...] = field(repr=False, default=())
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,10 @@ class Summary:
     vtune: Optional[Any] = None
 
     def to_json(self) -> dict:
+        """Statistics only, so it stays small however long the run (step durations are left out)."""
         data = asdict(self)
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
-            step["durations_s"] = list(step["durations_s"])
+            del step["durations_s"]
         return data
 
     @classmethod
@@ -98,7 +101,7 @@ class Summary:
         Raises ``KeyError``/``TypeError`` on JSON of another shape (an earlier autoitt's).
         """
         def steps(items: List[dict]) -> List[StepStats]:
-            return [StepStats(**{**step, "durations_s": tuple(step["durations_s"])}) for step in items]
+            return [StepStats(**step) for step in items]
 
         return cls(**{
             **data,
