@@ -10,6 +10,7 @@ need them, so ``autoitt --help`` starts quickly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -302,6 +303,24 @@ def _vtune_options(command):
     return command
 
 
+def _parse_trace_steps(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    from .builtin.timeline import StepWindow
+
+    if value is not None:
+        try:
+            StepWindow.parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
+_trace_steps_option = click.option(
+    "--trace-steps", metavar="auto|all|A-B,...,-N", callback=_parse_trace_steps,
+    help="Which steps trace.json keeps every task of (operators, primitives; the run's own markers are always "
+         "kept): auto (the default) keeps everything up to a million tasks, else steps 2-11 and the last 10; "
+         "all; or steps A-B, A, and -N for the last N. Statistics always cover the whole run. Built-in backend.")
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -311,9 +330,11 @@ def _vtune_options(command):
               help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
+@_trace_steps_option
 @_mode_options
 @_vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
+            trace_steps: str,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
@@ -348,7 +369,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     context = click.get_current_context()
     options = ProfileOptions(
         mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
-        result_dir=result_dir, json_output=as_json, launcher=launcher,
+        result_dir=result_dir, json_output=as_json, launcher=launcher, trace_steps=trace_steps or "auto",
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
                            extra_args=vtune_args),
         vtune_flags_given=tuple(flag for name, flag in _VTUNE_FLAGS
@@ -386,7 +407,8 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 @click.option("--recompute", is_flag=True,
               help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
                    "printing the saved summary.")
-def report(result_dir: Path, as_json: bool, recompute: bool) -> None:
+@_trace_steps_option
+def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Optional[str]) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
 
     The summary saved by the run is printed as it is, whatever the run's length; it is read again from
@@ -397,7 +419,10 @@ def report(result_dir: Path, as_json: bool, recompute: bool) -> None:
     def run() -> None:
         from .profiling import load
 
-        _show(load(result_dir), as_json, recompute)
+        done = load(result_dir)
+        if trace_steps is not None:  # another window: the traces are read again
+            done = dataclasses.replace(done, record=dataclasses.replace(done.record, trace_steps=trace_steps))
+        _show(done, as_json, recompute or trace_steps is not None)
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))

@@ -128,5 +128,7 @@ class ProfileOptions:
     #: A launcher the run goes through, e.g. ``("mpirun", "-n", "4")``: one process (one vtune) per rank.
     launcher: Tuple[str, ...] = ()
     json_output: bool = False
+    #: which steps trace.json keeps every task of (``--trace-steps``; see instrumenter.builtin.timeline)
+    trace_steps: str = "auto"
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
     vtune_flags_given: Tuple[str, ...] = ()

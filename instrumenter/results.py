@@ -42,6 +42,8 @@ class RunRecord:
     notes: List[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     exit_code: Optional[int] = None
+    #: ``--trace-steps``: which steps trace.json keeps every task of (built-in backend)
+    trace_steps: str = "auto"
 
     def ended(self, exit_code: Optional[int], elapsed_s: float) -> "RunRecord":
         return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s)

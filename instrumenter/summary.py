@@ -84,6 +84,8 @@ class Summary:
     #: a multi-process run's ranks (empty unless processes have two distinct ranks or more) and its stragglers
     ranks: List[RankStats] = field(default_factory=list)
     stragglers: List[Straggler] = field(default_factory=list)
+    #: what trace.json holds when it leaves tasks out (a long run's operators outside a window of steps)
+    trace_window: Optional[str] = None
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
 

@@ -55,6 +55,7 @@ class BuiltinBackend(Backend):
         from .plot import step_time_svg
         from .ranks import rank_stats, stragglers
         from .taskstats import intervals, summarize
+        from .timeline import StepWindow, window
         from .tracefile import TraceDir, read_trace_dir
 
         trace_dir = folder / TRACE_SUBDIR
@@ -68,9 +69,11 @@ class BuiltinBackend(Backend):
         summary.warnings.extend(found.skipped)
         if not any(task.domain in instrumentation.domains for task in summary.tasks):
             summary.warnings.append(_why_nothing(found, instrumentation, summary))
+        kept, summary.trace_window = window(items, instrumentation.step_labels, instrumentation.domains,
+                                            StepWindow.parse(record.trace_steps))
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
-            "trace.json": json.dumps(chrome_trace.build(traces, items, script_name)),
+            "trace.json": json.dumps(chrome_trace.build(traces, kept, script_name, summary.trace_window)),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
             "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}"),
         }))

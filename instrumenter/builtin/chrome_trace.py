@@ -10,12 +10,13 @@ process's start.
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 from .ranks import ranked
 
 
-def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
+def build(traces: Sequence, intervals: Iterable, script_name: str, window: Optional[str] = None) -> dict:
+    """The trace of ``intervals`` (those :mod:`.timeline` kept; ``window`` says what was left out, if anything)."""
     origin = min((t.start_ns for t in traces), default=0)
     events: List[dict] = []
     pids = {t.pid for t in traces}
@@ -47,4 +48,5 @@ def build(traces: Sequence, intervals: Iterable, script_name: str) -> dict:
         if not item.finished:
             event["args"] = {"unfinished": True}
         events.append(event)
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": "autoitt"}}
+    other = {"producer": "autoitt", **({"window": window} if window else {})}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -61,6 +61,8 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
 
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+    if summary.trace_window:
+        console.print(f"[dim]{summary.trace_window}[/dim]")
     console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
                   f"`autoitt report {result_dir}` prints this again.")
 
