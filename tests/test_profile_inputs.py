@@ -69,14 +69,21 @@ domain = itt.domain_create("mine")
 
 
 @pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
-def test_a_script_instrumented_by_hand_has_its_own_markers_collected(work, resumes):
-    (work / "mine.py").write_text(HAND_MADE.format(resume="itt.resume()\n" if resumes else "",
-                                                   pause="itt.pause()\n" if resumes else ""))
+def _profile_hand_made(work, template, resumes):
+    """(summary, task counts by (domain, name), the run's notes) of ``template`` with or without its own resume."""
+    (work / "mine.py").write_text(template.format(resume="itt.resume()\n" if resumes else "",
+                                                  pause="itt.pause()\n" if resumes else ""))
     done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "mine.py", cwd=work)
     assert done.returncode == 0, done.stderr[-2000:]
-    tasks = {(t["domain"], t["name"]): t["count"] for t in json.loads(done.stdout)["tasks"]}
-    assert tasks[("mine", "my_step")] == 3
+    summary = json.loads(done.stdout)
+    tasks = {(t["domain"], t["name"]): t["count"] for t in summary["tasks"]}
     notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])  # --json keeps stderr quiet
+    return summary, tasks, notes
+
+
+def test_a_script_instrumented_by_hand_has_its_own_markers_collected(work, resumes):
+    _, tasks, notes = _profile_hand_made(work, HAND_MADE, resumes)
+    assert tasks[("mine", "my_step")] == 3
     assert "is instrumented by hand (imports ittapi.compat at line 1): its own markers are collected" in notes
     assert "autoitt adds no markers" in notes  # its only loop holds its own markers
     assert ("never calls itt.resume()" in notes) is not resumes
@@ -119,16 +126,10 @@ domain = itt.domain_create("mine")
 
 @pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
 def test_a_script_instrumented_by_hand_gets_autoitt_steps_inside_its_own_tasks(work, resumes):
-    (work / "mine.py").write_text(MIXED.format(resume="itt.resume()\n" if resumes else "",
-                                               pause="itt.pause()\n" if resumes else ""))
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "mine.py", cwd=work)
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads(done.stdout)
-    tasks = {(t["domain"], t["name"]): t["count"] for t in summary["tasks"]}
+    summary, tasks, notes = _profile_hand_made(work, MIXED, resumes)
     assert tasks[("mine", "my_epoch")] == 2
     assert tasks[("autoitt.mine", "step")] == 6
     assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", 6)]
-    notes = " ".join(json.loads((work / "out" / "run.json").read_text())["notes"])
     line = 12 if resumes else 11
     assert f"epoch loop left to the script's own markers: it holds itt.task_begin() at line {line}" in notes
 
