@@ -68,7 +68,6 @@ domain = itt.domain_create("mine")
 {pause}"""
 
 
-@pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
 def _profile_hand_made(work, template, resumes):
     """(summary, task counts by (domain, name), the run's notes) of ``template`` with or without its own resume."""
     (work / "mine.py").write_text(template.format(resume="itt.resume()\n" if resumes else "",
@@ -81,6 +80,7 @@ def _profile_hand_made(work, template, resumes):
     return summary, tasks, notes
 
 
+@pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
 def test_a_script_instrumented_by_hand_has_its_own_markers_collected(work, resumes):
     _, tasks, notes = _profile_hand_made(work, HAND_MADE, resumes)
     assert tasks[("mine", "my_step")] == 3
