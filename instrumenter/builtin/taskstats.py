@@ -19,7 +19,7 @@ from ..summary import StepStats, Summary, TaskStats
 TORCH_DOMAIN = "PyTorch"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Interval:
     """One task instance: begun and ended on one thread of one process."""
 

@@ -166,7 +166,7 @@ class TraceFormatError(Exception):
     """The file is not an autoitt trace at all (bad magic, short header, unknown version)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     kind: str              # "begin" | "end" | "pause" | "resume" | "detach"
     pid: int
