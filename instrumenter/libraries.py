@@ -45,11 +45,13 @@ STEP = "step"
 EVAL_LOOP = "eval_loop"
 EVAL = "eval"
 
-#: (module prefix of the object's class, library name): the first match in the class's MRO decides.
+#: (module prefix of the object's class, library, the package its callback classes come from): the first
+#: match in the class's MRO decides.
 _LIBRARIES = (
-    ("keras.", "keras"), ("tf_keras.", "keras"), ("tensorflow.python.keras.", "keras"),
-    ("lightning.pytorch.", "lightning"), ("pytorch_lightning.", "lightning"),
-    ("transformers.", "transformers"),
+    ("keras.", "keras", "keras"), ("tf_keras.", "keras", "tf_keras"),
+    ("tensorflow.python.keras.", "keras", "tensorflow.python.keras"),
+    ("lightning.pytorch.", "lightning", "lightning.pytorch"), ("pytorch_lightning.", "lightning", "pytorch_lightning"),
+    ("transformers.", "transformers", "transformers"),
 )
 
 _noted: Set[Tuple[str, str]] = set()
@@ -100,14 +102,18 @@ def attach(itt: Any, receiver: Any, method: str, domain: Any) -> Iterator[None]:
     """For the ``with`` block: ``receiver``'s library calls back into tasks on ``domain`` (module docstring)."""
     tasks = _Tasks(itt, domain)
     undo: Optional[Callable[[], None]] = None
-    library = library_of(receiver)
-    if library is None:
+    found = library_of(receiver)
+    if found is None:
         _note(receiver, method, "not a Keras, Lightning or Hugging Face object: the call is one task")
     else:
+        library, package = found
         try:
-            undo = _ATTACH[library](receiver, method, tasks)
+            undo = _ATTACH[library](receiver, method, tasks, package)
         except _CannotAttach as exc:
             _note(receiver, method, f"{exc}: the call is one task")
+        except (ImportError, AttributeError) as exc:
+            # A version of the library laid out otherwise: the call runs as without autoitt.
+            _note(receiver, method, f"no callback could be made ({type(exc).__name__}: {exc}): the call is one task")
     try:
         yield
     finally:
@@ -116,19 +122,14 @@ def attach(itt: Any, receiver: Any, method: str, domain: Any) -> Iterator[None]:
             undo()
 
 
-def library_of(receiver: Any) -> Optional[str]:
-    """``keras``, ``lightning`` or ``transformers``: the library ``receiver``'s class comes from, if one of them."""
-    return next((library for cls in type(receiver).__mro__ for library in [_library_of_class(cls)] if library), None)
-
-
-def _library_of_class(cls: type) -> Optional[str]:
-    module = cls.__module__ + "."
-    return next((library for prefix, library in _LIBRARIES if module.startswith(prefix)), None)
-
-
-def _module_of(receiver: Any, library: str) -> str:
-    """The module of the first class in ``receiver``'s MRO that comes from ``library``."""
-    return next(cls.__module__ for cls in type(receiver).__mro__ if _library_of_class(cls) == library)
+def library_of(receiver: Any) -> Optional[Tuple[str, str]]:
+    """(library, package of its callbacks) that ``receiver``'s class comes from, if one of :data:`_LIBRARIES`."""
+    for cls in type(receiver).__mro__:
+        module = cls.__module__ + "."
+        for prefix, library, package in _LIBRARIES:
+            if module.startswith(prefix):
+                return library, package
+    return None
 
 
 class _CannotAttach(Exception):
@@ -160,10 +161,8 @@ def _set_on_instance(receiver: Any, name: str, value: Any) -> Callable[[], None]
 
 # -- Keras --------------------------------------------------------------------------------------
 
-def _keras(model: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
-    root = _module_of(model, "keras").split(".")[0]
-    callbacks_module = importlib.import_module(f"{root}.callbacks")
-    callback = _callback(callbacks_module.Callback, tasks, _KERAS_HOOKS)
+def _keras(model: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
+    callback = _callback(importlib.import_module(f"{package}.callbacks").Callback, tasks, _KERAS_HOOKS)
     original = getattr(model, method)
     try:
         signature = inspect.signature(original)
@@ -180,6 +179,8 @@ def _keras(model: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
         given = bound.arguments.get("callbacks")
         if given is None or isinstance(given, (list, tuple)):
             bound.arguments["callbacks"] = [*(given or ()), callback]  # a new list: the user's stays as it is
+        else:
+            _note(model, method, f"callbacks given as a {type(given).__name__}, not a list: the call is one task")
         return original(*bound.args, **bound.kwargs)
 
     return _set_on_instance(model, method, functools.wraps(original)(with_callback))
@@ -198,8 +199,7 @@ _KERAS_HOOKS = {
 
 # -- Lightning ----------------------------------------------------------------------------------
 
-def _lightning(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
-    package = "lightning.pytorch" if _module_of(trainer, "lightning").startswith("lightning.") else "pytorch_lightning"
+def _lightning(trainer: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
     base = importlib.import_module(package).Callback
     original = getattr(trainer, "callbacks", None)
     if not isinstance(original, list):
@@ -228,11 +228,11 @@ _LIGHTNING_HOOKS = {
 
 # -- Hugging Face -------------------------------------------------------------------------------
 
-def _transformers(trainer: Any, method: str, tasks: _Tasks) -> Callable[[], None]:
+def _transformers(trainer: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
     if not all(hasattr(trainer, name) for name in ("add_callback", "remove_callback", "prediction_step",
                                                    "evaluate")):
         raise _CannotAttach("not a transformers.Trainer")
-    base = importlib.import_module("transformers").TrainerCallback
+    base = importlib.import_module(package).TrainerCallback
     callback = _callback(base, tasks, _TRANSFORMERS_HOOKS)
     trainer.add_callback(callback)
     # Its callbacks have no hook before an evaluation or an eval batch: the methods are wrapped instead.

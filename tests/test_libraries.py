@@ -234,6 +234,19 @@ def test_an_object_of_another_library_stays_one_task_and_says_so_once(capsys):
     assert capsys.readouterr().err.count("Estimator.fit(): not a Keras, Lightning or Hugging Face object") == 1
 
 
+def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(capsys):
+    class Model:
+        def fit(self, x, callbacks=None):
+            return x, callbacks
+
+    Model.__module__ = "tf_keras.src.models"  # a Keras autoitt recognises, not installed here
+    itt, model = _Itt(), Model()
+    with libraries.attach(itt, model, "fit", None):
+        assert model.fit(3) == (3, None)
+    assert itt.calls == [] and "fit" not in vars(model)
+    assert "Model.fit(): no callback could be made (ModuleNotFoundError" in capsys.readouterr().err
+
+
 def test_the_lightning_trainer_gets_its_own_callbacks_list_back():
     pl = pytest.importorskip("pytorch_lightning")
     mine = []
