@@ -217,18 +217,23 @@ def test_children_inherit_autoitts_site_folder_and_a_clean_child_runs_as_it_is(t
     assert "42" in done.stdout
 
 
+def _two_ranks_through(folder, name, launcher_source, env=None):
+    """(summary, finished command) of a 3-step trainer profiled through a stand-in launcher ``name`` -n 2."""
+    launcher = folder / name
+    launcher.write_text(launcher_source)
+    launcher.chmod(0o755)
+    (folder / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", f"{launcher} -n 2",
+                   "train.py", cwd=folder, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), done
+
+
 def test_an_mpirun_style_launcher_with_the_builtin_collector(tmp_path):
     """A stand-in mpirun (tests/test_vtune.FAKE_MPIRUN: one process per rank, PMI_RANK set), as MPICH's would."""
     from tests.test_vtune import FAKE_MPIRUN
 
-    mpirun = tmp_path / "mpirun"
-    mpirun.write_text(FAKE_MPIRUN)
-    mpirun.chmod(0o755)
-    (tmp_path / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", f"{mpirun} -n 2",
-                   "train.py", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    summary, done = _two_ranks_through(tmp_path, "mpirun", FAKE_MPIRUN)
     assert [(rank["rank"], rank["steps"][0]["count"]) for rank in summary["ranks"]] == [(0, 3), (1, 3)]
     assert "--launcher" not in done.stderr  # not a VTune-only option any more
 
@@ -269,14 +274,7 @@ LOCAL_RANK_LAUNCHER = textwrap.dedent(
 
 def test_local_rank_alone_gives_each_process_its_rank(tmp_path):
     """A stand-in launcher that sets only LOCAL_RANK, as some single-node launchers do."""
-    launcher = tmp_path / "launch"
-    launcher.write_text(LOCAL_RANK_LAUNCHER)
-    launcher.chmod(0o755)
-    (tmp_path / "train.py").write_text(TRAINER + "\nimport torch\ntrain(torch.nn.Linear(4, 1), 3)\n")
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", f"{launcher} -n 2",
-                   "train.py", cwd=tmp_path, env=NO_LAUNCHER)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    summary, _ = _two_ranks_through(tmp_path, "launch", LOCAL_RANK_LAUNCHER, env=NO_LAUNCHER)
     assert [(rank["rank"], rank["steps"][0]["count"]) for rank in summary["ranks"]] == [(0, 3), (1, 3)]
     assert _process_names(tmp_path / "out") == {"rank 0", "rank 1"}
 
