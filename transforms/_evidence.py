@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from ._aliases import Alias, function_alias
+from ._markers import LIBRARY_EVALUATION
 from ._names import ImportTable, dotted, last_name
 
 # A name that "clearly names an optimizer": opt, optim, optimizer, opt_g,
@@ -299,13 +300,9 @@ def _is_input_function(node: ast.AST) -> bool:
     return bool(_INPUT_FN_NAME.search(last_name(node) or ""))
 
 
-#: Library methods that evaluate or predict: Keras ``model.evaluate/predict``, Lightning
-#: ``trainer.validate/test/predict``, Hugging Face ``trainer.evaluate/predict``.
-EVAL_METHODS = ("evaluate", "validate", "test", "predict")
-
-
 def eval_call(call: ast.Call, trained: Iterable[str]) -> Optional[str]:
-    """The method name when ``call`` evaluates inside a library, or ``None``.
+    """The method name when ``call`` evaluates inside a library (Keras ``model.evaluate/predict``,
+    Lightning ``trainer.validate/test/predict``, Hugging Face ``trainer.evaluate/predict``), or ``None``.
 
     The object must be one the file trains with a library call (``trained``
     holds those receivers: ``model`` of ``model.fit(...)``) or be named like a
@@ -313,7 +310,7 @@ def eval_call(call: ast.Call, trained: Iterable[str]) -> Optional[str]:
     evaluator of one's own) to be taken on its name.
     """
     func = call.func
-    if not isinstance(func, ast.Attribute) or func.attr not in EVAL_METHODS:
+    if not isinstance(func, ast.Attribute) or func.attr not in LIBRARY_EVALUATION:
         return None
     receiver = dotted(func.value)
     if receiver is None:

@@ -78,11 +78,13 @@ EMIT_ITT = ("autograd", "profiler", "emit_itt")
 #: ``with <itt>.library(<object>, "<method>", <domain>):`` around a library call: the copy's runtime
 #: (instrumenter.libraries) has the library call back into epoch, step and eval tasks.
 LIBRARY_CALL = "library"
-#: The methods whose callbacks it covers: Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
-#: Hugging Face train/evaluate/predict.
-LIBRARY_METHODS = ("fit", "train", "evaluate", "validate", "test", "predict")
-#: The training methods among them, and the task name of their steps (instrumenter.libraries.STEP).
+#: The methods whose callbacks it covers (Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
+#: Hugging Face train/evaluate/predict): those that train, those that evaluate or predict (which
+#: detection also takes as eval calls), and the task name of the training ones' steps
+#: (instrumenter.libraries.STEP).
 LIBRARY_TRAINING = ("fit", "train")
+LIBRARY_EVALUATION = ("evaluate", "validate", "test", "predict")
+LIBRARY_METHODS = LIBRARY_TRAINING + LIBRARY_EVALUATION
 LIBRARY_STEP = "step"
 
 
