@@ -10,13 +10,14 @@ output was made from. What a command does with its result at all is its
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import stat
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 from transforms import INSTRUMENTED_MARKER, SourceError
 
@@ -195,13 +196,21 @@ def _write(output: Output, policy: Policy) -> None:
 
 def atomic_write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
     """Replace ``path`` with ``data`` in one rename; permission bits from ``mode_from``."""
+    with atomic_writer(path, mode_from) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode_from: Optional[Path] = None) -> Iterator[BinaryIO]:
+    """A file to write ``path``'s new content into, piece by piece; it replaces ``path`` in one rename
+    when the block ends without an exception (and is removed otherwise)."""
     import tempfile  # only when writing: --diff and --check never pay for it
 
     directory = path.parent if str(path.parent) else Path(".")
     handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".autoitt-tmp", delete=False)
     try:
         with handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         # NamedTemporaryFile makes the file 0600: without a mode to copy, give it the one a plain

@@ -12,14 +12,15 @@ backend writes: ``itt/``, ``trace.json``, ``summary.json`` and ``steps.svg``
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, TypeVar
+from typing import IO, Callable, Dict, List, Optional, TypeVar, Union
 
 from transforms import SourceError
 
-from .files import OutputError, atomic_write
+from .files import OutputError, atomic_write, atomic_writer
 
 RUN_FILE = "run.json"
 T = TypeVar("T")
@@ -57,16 +58,24 @@ class RunRecord:
         return read_record(folder, RUN_FILE, lambda data: cls(**{k: v for k, v in data.items() if k in known}))
 
 
-def save_outputs(folder: Path, outputs: Dict[str, str]) -> List[str]:
-    """Write each output file of a summary (atomically); what could not be written, as warnings.
+def save_outputs(folder: Path, outputs: Dict[str, Union[str, Callable[[IO[str]], None]]]) -> List[str]:
+    """Write each output file of a summary (atomically): its text, or a function writing it into a text
+    file (a large one, written as it is made); what could not be written, as warnings.
 
     A result folder the user cannot write (someone else's, read-only) is still
     summarized: only its files are not refreshed.
     """
     problems = []
-    for name, text in outputs.items():
+    for name, content in outputs.items():
         try:
-            atomic_write(folder / name, text.encode("utf-8", "surrogateescape"))
+            with atomic_writer(folder / name) as handle:
+                text = io.TextIOWrapper(handle, encoding="utf-8", errors="surrogateescape", write_through=False)
+                if callable(content):
+                    content(text)
+                else:
+                    text.write(content)
+                text.flush()
+                text.detach()
         except OSError as exc:
             problems.append(f"could not write {folder / name}: {exc.strerror or exc}")
     return problems

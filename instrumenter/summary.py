@@ -11,7 +11,7 @@ same kind of figure as wall time. ``summary.json`` and ``--json`` are
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class TaskStats:
     min_s: float
     max_s: float
     share: float  # total, of the summary's thread time
+    #: percentiles of an instance's duration, within 1 % (a histogram's: ``aggregate.PERCENTILE_ERROR``)
+    p50_s: float = 0.0
+    p95_s: float = 0.0
+    p99_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class StepStats:
     steady_mean_s: float  # mean of every step after the first
     #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
     #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
-    durations_s: Tuple[float, ...] = field(repr=False, default=())
+    durations_s: Sequence[float] = field(repr=False, default=())
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.taskstats import intervals
-from instrumenter.builtin.tracefile import read_trace_dir
+from instrumenter.builtin.aggregate import Keep, aggregate
+from instrumenter.builtin.tracefile import read_trace_dir, scan_trace_dir
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -56,10 +56,13 @@ def test_pytorch_operators_are_recorded_nested_inside_step_tasks(torch_run):
     folder, summary, _ = torch_run
     operators = {t["name"] for t in summary["tasks"] if t["domain"] == "PyTorch"}
     assert {"aten::conv2d", "aten::batch_norm", "aten::relu"} <= operators
-    items, _ = intervals(read_trace_dir(folder / "itt").traces)
-    steps = [i for i in items if i.domain == "autoitt.torch_train" and i.name == "step"]
-    convs = [i for i in items if i.name == "aten::conv2d"]
-    inside = [c for c in convs if any(s.tid == c.tid and s.start <= c.start and c.end <= s.end for s in steps)]
+    found = aggregate(scan_trace_dir(folder / "itt")[0], ["autoitt.torch_train"], Keep())
+    kept = found.kept
+    names = [found.groups[g] for g in kept.group.tolist()]
+    items = list(zip(names, kept.tid.tolist(), kept.start.tolist(), kept.end.tolist()))
+    steps = [i for i in items if i[0] == ("autoitt.torch_train", "step")]
+    convs = [i for i in items if i[0][1] == "aten::conv2d"]
+    inside = [c for c in convs if any(s[1] == c[1] and s[2] <= c[2] and c[3] <= s[3] for s in steps)]
     # the forward conv of every training batch runs inside its step; eval convs run inside eval tasks
     assert len(inside) == len(steps)
 
@@ -343,10 +346,10 @@ def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch,
 
     folder, summary, _ = torch_run
 
-    def refused(path, data, mode_from=None):
+    def refused(path, mode_from=None):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(instrumenter.results, "atomic_write", refused)
+    monkeypatch.setattr(instrumenter.results, "atomic_writer", refused)
     result = CliRunner().invoke(cli, ["report", "--json", "--recompute", str(folder)])
     assert result.exit_code == 0, result.output
     again = json.loads(result.stdout)

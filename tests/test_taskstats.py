@@ -1,7 +1,9 @@
 """The built-in backend's task statistics, from small hand-made traces (no process runs).
 
 A trace here is the reader's :class:`ProcessTrace` with events written out as
-(kind, name, ts) on one thread; times are nanoseconds.
+(kind, name, ts) on one thread; times are nanoseconds. The aggregates are
+checked against a plain stack-based pairing (:func:`reference`) on random
+traces cut into random blocks, as the streaming reader sees them.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from instrumenter.builtin.taskstats import intervals, summarize
+from instrumenter.builtin.aggregate import Keep, aggregate
+from instrumenter.builtin.taskstats import summarize
 from instrumenter.builtin.tracefile import Event, ProcessTrace
+from tests.trace_writer import event_scans
 
 DOMAIN = "autoitt.train"
 
@@ -26,8 +30,8 @@ def task(summary, name: str):
 
 
 def summary_of(*traces: ProcessTrace):
-    items, unfinished = intervals(traces)
-    return summarize(traces, items, unfinished, 1.0, ["step"], [DOMAIN], start_paused=False)
+    found = aggregate(event_scans(traces), [DOMAIN], Keep(), start_paused=False)
+    return summarize(found, 1.0, ["step"], [DOMAIN])
 
 
 # train(depth=2) calls itself inside its loop: step_loop 0..100 holds step_loop 10..60 holds step_loop 20..40.

@@ -3,62 +3,73 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.taskstats import Interval
-from instrumenter.builtin.timeline import AUTO_ALL_TASKS, StepWindow, window
+from instrumenter.builtin import timeline as timeline_module
+from instrumenter.builtin.aggregate import aggregate
+from instrumenter.builtin.timeline import StepWindow, keep_policy, timeline
+from instrumenter.builtin.tracefile import Event, ProcessTrace
 from tests.test_profile import autoitt
+from tests.trace_writer import event_scans
 
 DOMAIN = "autoitt.train"
 
 
 def _run(steps, operators_per_step=2, pid=1):
-    """Steps of 10 ns, each holding ``operators_per_step`` PyTorch operators."""
-    items = []
+    """One process: steps of 10 ns, 100 ns apart, each holding ``operators_per_step`` PyTorch operators."""
+    events = []
     for i in range(steps):
         start = 100 * i
-        items.append(Interval(pid, pid, DOMAIN, "step", start, start + 10, 0, 10, None))
-        items.extend(Interval(pid, pid, "PyTorch", f"aten::op{k}", start + 1 + k, start + 2 + k, 1, 1, "step")
-                     for k in range(operators_per_step))
-    return items
+        events.append(Event("begin", pid, pid, start, DOMAIN, "step"))
+        for k in range(operators_per_step):
+            events.append(Event("begin", pid, pid, start + 1 + k, "PyTorch", f"aten::op{k}"))
+            events.append(Event("end", pid, pid, start + 2 + k, "PyTorch", None))
+        events.append(Event("end", pid, pid, start + 10, DOMAIN, None))
+    return ProcessTrace(path=Path(f"itt-{pid}.bin"), pid=pid, ppid=0, start_ns=0, wall_start_ns=0, events=events)
+
+
+def _timeline(traces, spec):
+    steps = StepWindow.parse(spec)
+    first = aggregate(event_scans(traces), [DOMAIN], keep_policy(steps), start_paused=False)
+    kept, note = timeline(first, lambda: event_scans(traces), ["step"], [DOMAIN], steps)
+    names = [first.groups[g] for g in kept.group.tolist()]
+    return [(domain, name, pid, start) for (domain, name), pid, start in zip(names, kept.pid.tolist(),
+                                                                           kept.start.tolist())], note
 
 
 def _kept_steps(kept):
-    starts = {item.start // 100 + 1 for item in kept if item.domain == "PyTorch"}
-    return sorted(starts)
+    return sorted({start // 100 + 1 for domain, _, _, start in kept if domain == "PyTorch"})
 
 
 def test_a_run_with_few_tasks_keeps_its_whole_timeline():
-    items = _run(100)
-    kept, note = window(items, ["step"], [DOMAIN], StepWindow.parse("auto"))
-    assert kept == items and note is None
+    kept, note = _timeline([_run(100)], "auto")
+    assert len(kept) == 300 and note is None
 
 
 def test_a_chosen_window_keeps_every_step_and_the_operators_of_its_steps_only():
-    items = _run(100)
-    kept, note = window(items, ["step"], [DOMAIN], StepWindow.parse("2-4,50,-3"))
+    kept, note = _timeline([_run(100)], "2-4,50,-3")
     assert _kept_steps(kept) == [2, 3, 4, 50, 98, 99, 100]
-    assert sum(1 for item in kept if item.domain == DOMAIN) == 100  # the run's own tasks, all of them
+    assert sum(1 for domain, *_ in kept if domain == DOMAIN) == 100  # the run's own tasks, all of them
     assert "steps 2-4, 50, the last 3 of 100: 186 tasks left out" in note
 
 
-def test_auto_keeps_steps_after_warm_up_and_the_last_ones_for_a_long_run():
-    steps = AUTO_ALL_TASKS // 3 + 10
-    kept, note = window(_run(steps), ["step"], [DOMAIN], StepWindow.parse("auto"))
-    assert _kept_steps(kept) == list(range(2, 12)) + list(range(steps - 9, steps + 1))
-    assert f"steps 2-11, the last 10 of {steps}" in note
+def test_auto_keeps_steps_after_warm_up_and_the_last_ones_for_a_long_run(monkeypatch):
+    monkeypatch.setattr(timeline_module, "AUTO_ALL_TASKS", 300)
+    kept, note = _timeline([_run(110)], "auto")
+    assert _kept_steps(kept) == list(range(2, 12)) + list(range(101, 111))
+    assert "steps 2-11, the last 10 of 110" in note
 
 
 def test_all_keeps_everything():
-    items = _run(10)
-    assert window(items, ["step"], [DOMAIN], StepWindow.parse("all")) == (items, None)
+    kept, note = _timeline([_run(10)], "all")
+    assert len(kept) == 30 and note is None
 
 
 def test_each_process_counts_its_own_steps():
-    items = _run(10, pid=1) + _run(10, pid=2)
-    kept, _ = window(items, ["step"], [DOMAIN], StepWindow.parse("1"))
-    assert sorted({(item.pid, item.start // 100 + 1) for item in kept if item.domain == "PyTorch"}) == [(1, 1), (2, 1)]
+    kept, _ = _timeline([_run(10, pid=1), _run(10, pid=2)], "1")
+    assert sorted({(pid, start // 100 + 1) for domain, _, pid, start in kept if domain == "PyTorch"}) == [(1, 1), (2, 1)]
 
 
 @pytest.mark.parametrize("bad", ["x", "3-1", "0", "-0", "1-", ""])

@@ -2,8 +2,9 @@
 
 run: the launcher's command with the collector attached (:mod:`instrumenter.collector`),
 each process writing ``itt/itt-<pid>.bin`` (format: :mod:`.tracefile`);
-read: traces -> intervals -> statistics (:mod:`.taskstats`), ``trace.json``
-(:mod:`.chrome_trace`), ``steps.svg`` (:mod:`.plot`) and ``summary.json``;
+read: traces -> one streaming pass (:mod:`.aggregate`) -> statistics (:mod:`.taskstats`),
+the timeline's window (:mod:`.timeline`), ``trace.json`` (:mod:`.chrome_trace`), ``steps.svg``
+(:mod:`.plot`) and ``summary.json``;
 render: :mod:`.render`.
 """
 
@@ -48,32 +49,39 @@ class BuiltinBackend(Backend):
         return Finished(target.wait(process), time.perf_counter() - started)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
-        """Read the traces once; write trace.json, summary.json and steps.svg from them (where the folder
-        can be written: a read-only result folder is still summarized)."""
+        """Read the traces once for the statistics (and again for a window of the timeline, if one is
+        asked or the run is long); write trace.json, summary.json and steps.svg (where the folder can be
+        written: a read-only result folder is still summarized)."""
         from ..results import save_outputs
         from . import chrome_trace
+        from .aggregate import aggregate
         from .plot import step_time_svg
         from .ranks import rank_stats, stragglers
-        from .taskstats import intervals, summarize
-        from .timeline import StepWindow, window
-        from .tracefile import TraceDir, read_trace_dir
+        from .taskstats import summarize
+        from .timeline import StepWindow, keep_policy, timeline
+        from .tracefile import scan_trace_dir
 
         trace_dir = folder / TRACE_SUBDIR
-        found = read_trace_dir(trace_dir) if trace_dir.is_dir() else TraceDir([], [])
-        traces = found.traces
-        items, unfinished = intervals(traces)
-        summary = summarize(traces, items, unfinished, record.elapsed_s, instrumentation.step_labels,
-                            instrumentation.domains, instrumentation.start_paused)
-        summary.ranks = rank_stats(traces, items, instrumentation.step_labels, instrumentation.domains)
+
+        def scan():
+            return scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
+
+        scans, skipped = scan()
+        traces = [trace for trace, _blocks in scans]
+        steps = StepWindow.parse(record.trace_steps)
+        labels, domains = instrumentation.step_labels, instrumentation.domains
+        found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused)
+        summary = summarize(found, record.elapsed_s, labels, domains)
+        summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)
-        summary.warnings.extend(found.skipped)
-        if not any(task.domain in instrumentation.domains for task in summary.tasks):
-            summary.warnings.append(_why_nothing(found, instrumentation, summary))
-        kept, summary.trace_window = window(items, instrumentation.step_labels, instrumentation.domains,
-                                            StepWindow.parse(record.trace_steps))
+        summary.warnings.extend(skipped)
+        if not any(task.domain in domains for task in summary.tasks):
+            summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary))
+        kept, summary.trace_window = timeline(found, lambda: scan()[0], labels, domains, steps)
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
-            "trace.json": json.dumps(chrome_trace.build(traces, kept, script_name, summary.trace_window)),
+            "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,
+                                                         summary.trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
             "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}"),
         }))
@@ -99,9 +107,9 @@ class BuiltinBackend(Backend):
         render(summary, console, script=script, result_dir=result_dir, own_domain=instrumentation.domain)
 
 
-def _why_nothing(found, instrumentation: Instrumentation, summary: Summary) -> str:
+def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Summary) -> str:
     """The likeliest reason no task of autoitt's markers (or of the script's own) was recorded."""
-    if found.skipped and not found.traces:
+    if skipped and not traces:
         return "no trace file could be read (see above)"
     entry = instrumentation.entry
     marked = [f"{r['path']}:{r['line']}" for r in instrumentation.regions] if any(
@@ -113,7 +121,7 @@ def _why_nothing(found, instrumentation: Instrumentation, summary: Summary) -> s
     if entry.outcome == "already instrumented":
         return ("the script's own ITT markers recorded no task: the code that calls them did not run, or "
                 "collection was paused around it")
-    if not found.traces:
+    if not traces:
         return ("no training loop was found to mark (`autoitt loops` shows what was looked at), and no process of "
                 "the run made an ITT call (no PyTorch or oneDNN task either)")
     return ("no training loop was found to mark (`autoitt loops` shows what was looked at): "

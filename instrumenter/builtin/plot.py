@@ -1,6 +1,6 @@
 """``steps.svg``: step duration over the run, so warm-up and outliers stand out.
 
-Plain SVG written by hand: no plotting library in autoitt's dependencies.
+Plain SVG written by hand (numpy for the ranges): no plotting library in autoitt's dependencies.
 One series per step loop; the median is drawn as a dashed line, points above
 the 95th percentile are marked. A run of more than :data:`MAX_POINTS` steps
 is drawn by step range: the median of each range as the line, its minimum to
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 from typing import List, Sequence
+
+import numpy as np
 from xml.sax.saxutils import escape
 
 _WIDTH, _HEIGHT = 720, 360
@@ -29,16 +31,23 @@ class _Range:
 
     __slots__ = ("first", "last", "median", "low", "high")
 
-    def __init__(self, first: int, values: Sequence[float]) -> None:
-        ordered = sorted(values)
-        self.first, self.last = first, first + len(values) - 1
-        self.median = ordered[len(ordered) // 2]
-        self.low, self.high = ordered[0], ordered[-1]
+    def __init__(self, first: int, last: int, median: float, low: float, high: float) -> None:
+        self.first, self.last, self.median, self.low, self.high = first, last, median, low, high
 
 
-def _ranges(values: Sequence[float]) -> List[_Range]:
+def _ranges(values: np.ndarray) -> List[_Range]:
     size = max(1, math.ceil(len(values) / MAX_POINTS))
-    return [_Range(start, values[start:start + size]) for start in range(0, len(values), size)]
+    whole = len(values) // size * size
+    rows = [values[:whole].reshape(-1, size)] + ([values[whole:].reshape(1, -1)] if whole < len(values) else [])
+    ranges = []
+    for row in rows:
+        ordered = np.sort(row, axis=1)
+        # the upper median, as a range of one step or of many is drawn the same way
+        stats = zip(ordered[:, ordered.shape[1] // 2].tolist(), ordered[:, 0].tolist(), ordered[:, -1].tolist())
+        for median, low, high in stats:
+            first = len(ranges) * size
+            ranges.append(_Range(first, min(first + size, len(values)) - 1, median, low, high))
+    return ranges
 
 
 def _nice_ticks(top: float, count: int = 5) -> List[float]:
@@ -53,9 +62,10 @@ def _nice_ticks(top: float, count: int = 5) -> List[float]:
 
 def step_time_svg(steps: Sequence, title: str) -> str:
     """An SVG document plotting each step series' durations (ms) against step number."""
-    series = [(s.label, [d * 1000 for d in s.durations_s], s.median_s * 1000, s.p95_s * 1000) for s in steps]
+    series = [(s.label, np.asarray(s.durations_s, np.float64) * 1000, s.median_s * 1000, s.p95_s * 1000)
+              for s in steps]
     longest = max((len(values) for _, values, _, _ in series), default=0)
-    highest = max((max(values) for _, values, _, _ in series if values), default=1.0)
+    highest = max((float(values.max()) for _, values, _, _ in series if len(values)), default=1.0)
     ticks = _nice_ticks(highest)
     y_top = ticks[-1] if ticks[-1] > 0 else 1.0
     plot_w = _WIDTH - _LEFT - _RIGHT

@@ -12,12 +12,13 @@ rank is time the others spent waiting (in an all-reduce, say).
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence
 
+import numpy as np
+
 from ..summary import RankStats, Straggler
-from .taskstats import Interval, step_stats
+from .aggregate import Intervals
+from .taskstats import step_stats
 
 
 def ranked(traces: Iterable) -> bool:
@@ -25,7 +26,7 @@ def ranked(traces: Iterable) -> bool:
     return len({trace.rank for trace in traces if trace.rank is not None}) >= 2
 
 
-def rank_stats(traces: Sequence, items: Sequence[Interval], step_labels: Iterable[str],
+def rank_stats(traces: Sequence, kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
                domains: Optional[Iterable[str]]) -> List[RankStats]:
     """Step statistics per rank, for the processes that have one; an empty list unless :func:`ranked`."""
     if not ranked(traces):
@@ -35,8 +36,8 @@ def rank_stats(traces: Sequence, items: Sequence[Interval], step_labels: Iterabl
     result = []
     for rank in sorted(set(rank_of.values())):
         pids = sorted(pid for pid, r in rank_of.items() if r == rank)
-        own = [item for item in items if item.pid in pids]
-        result.append(RankStats(rank=rank, pids=pids, steps=step_stats(own, labels, domains)))
+        own = kept.take(np.isin(kept.pid, pids))
+        result.append(RankStats(rank=rank, pids=pids, steps=step_stats(own, groups, labels, domains)))
     return result
 
 
@@ -50,17 +51,17 @@ def stragglers(ranks: Sequence[RankStats]) -> List[Straggler]:
     for label, by_rank in durations.items():
         if len(by_rank) < 2:
             continue
+        order = sorted(by_rank)
         compared = min(len(steps) for steps in by_rank.values())
-        spreads, slowest = [], Counter()
-        for index in range(compared):
-            times = {rank: steps[index] for rank, steps in by_rank.items()}
-            spreads.append(max(times.values()) - min(times.values()))
-            slowest[max(times, key=times.get)] += 1
-        if not spreads:
+        if not compared:
             continue
-        worst, often = slowest.most_common(1)[0]
-        result.append(Straggler(label=label, ranks=sorted(by_rank), steps=compared,
-                                spread_mean_s=statistics.fmean(spreads), spread_max_s=max(spreads),
-                                slowest_rank=worst, slowest_count=often,
-                                slowest_counts={str(rank): slowest[rank] for rank in sorted(by_rank)}))
+        # row i: rank order[i]; column j: its jth step
+        times = np.stack([np.asarray(by_rank[rank][:compared], np.float64) for rank in order])
+        spreads = times.max(axis=0) - times.min(axis=0)
+        slowest = np.bincount(times.argmax(axis=0), minlength=len(order))
+        worst = int(slowest.argmax())  # the first rank among the most often slowest
+        result.append(Straggler(label=label, ranks=order, steps=compared,
+                                spread_mean_s=float(spreads.mean()), spread_max_s=float(spreads.max()),
+                                slowest_rank=order[worst], slowest_count=int(slowest[worst]),
+                                slowest_counts={str(rank): int(n) for rank, n in zip(order, slowest)}))
     return result

@@ -8,22 +8,31 @@ window of steps (``--trace-steps``):
 
 * ``auto`` (the default): everything when the run has at most
   :data:`AUTO_ALL_TASKS` tasks; otherwise steps 2-11 (past warm-up) and the
-  last 10;
+  last 10; and when the run's own tasks alone are more than that (millions
+  of tiny steps), its steps too only in that window (its loops, epochs and
+  evaluations all kept), so the file stays one a viewer loads (about 100
+  bytes a task);
 * ``all``: everything;
 * ``A-B,C,-N``: steps A to B, step C, the last N steps (1-based, counted per
   process in the order they began, over every step label).
 
 A task is in the window when it overlaps one of the window's steps in its own
-process (intra-op threads and DataLoader-free work included).
+process (intra-op threads and DataLoader-free work included). The statistics
+pass keeps the own domains' tasks (and, for ``all`` or a short ``auto`` run,
+everything); a window is found by a second pass over the traces, which keeps
+only what overlaps the chosen steps: the memory held is the timeline's.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-#: Up to this many tasks, ``auto`` keeps the whole timeline.
+import numpy as np
+
+from .aggregate import Aggregates, Intervals, Keep, Scan, aggregate, overlapping
+
+#: Up to this many tasks, ``auto`` keeps the whole timeline (about 100 MB of trace.json).
 AUTO_ALL_TASKS = 1_000_000
 #: ``auto`` past that: these steps (1-based ranges) and the last ones.
 AUTO_RANGES = ((2, 11),)
@@ -65,56 +74,90 @@ class StepWindow:
         return sorted(picked)
 
 
-def window(items: Sequence, step_labels: Iterable[str], domains: Iterable[str],
-           steps: StepWindow) -> Tuple[List, Optional[str]]:
-    """The tasks ``trace.json`` keeps and, when some were left out, a sentence saying what it holds."""
+def timeline(first: Aggregates, rescan: Callable[[], Iterable[Scan]], step_labels: Iterable[str],
+             domains: Iterable[str], steps: StepWindow) -> Tuple[Intervals, Optional[str]]:
+    """The instances ``trace.json`` holds and, when some were left out, a sentence saying what it holds.
+
+    ``first`` is the statistics pass, made with :func:`keep_policy`: when it kept everything, that is the
+    timeline; otherwise the others (operators, primitives) that overlap the chosen steps are found by a
+    second pass over ``rescan()``, made only if there are any.
+    """
     own = set(domains)
-    labels = set(step_labels)
-    if steps.everything or (steps.automatic and len(items) <= AUTO_ALL_TASKS):
-        return list(items), None
-    by_pid: Dict[int, List] = {}
-    for item in items:
-        if item.domain in own and item.name in labels:
-            by_pid.setdefault(item.pid, []).append(item)
-    spans: Dict[int, Tuple[List[int], List[int]]] = {}
-    counts: List[int] = []
-    for pid, found in by_pid.items():
-        found.sort(key=lambda item: item.start)
-        chosen = [found[i] for i in steps.chosen(len(found))]
-        spans[pid] = _merged((s.start, s.end) for s in chosen)
-        counts.append(len(found))
-    kept = [item for item in items if item.domain in own or _overlaps(spans.get(item.pid), item.start, item.end)]
-    if len(kept) == len(items):
+    if first.kept_everything:
+        return first.kept, None
+    is_own = np.array([domain in own for domain, _ in first.groups], np.bool_)
+    step_groups = [g for g, (domain, name) in enumerate(first.groups) if domain in own and name in step_labels]
+    spans, count = _chosen_spans(first.kept, step_groups, steps)
+    kept = first.kept
+    steps_too = steps.automatic and len(kept) > AUTO_ALL_TASKS
+    if steps_too:
+        # millions of the run's own steps: those too only in the window (loops, epochs, evals all kept)
+        chosen = ~np.isin(kept.group, step_groups)
+        for pid, pid_spans in spans.items():
+            mine = kept.pid == pid
+            chosen[mine] |= overlapping(pid_spans, kept.start[mine], kept.end[mine])
+        kept = kept.take(chosen)
+    parts = [kept]
+    if int(first.count[~is_own].sum()) if len(is_own) else 0:
+        second = aggregate(rescan(), own, Keep(spans=spans), statistics=False)
+        # the second pass numbers tasks in its own order: name its instances in the first pass's numbers
+        number = {name: index for index, name in enumerate(first.groups)}
+        lut = np.array([number.get(name, -1) for name in second.groups], np.int64)
+        not_own = np.array([domain not in own for domain, _ in second.groups], np.bool_)
+        others = second.kept.take(not_own[second.kept.group]) if len(second.kept) else Intervals.empty()
+        others.group = lut[others.group]
+        parts.append(others)
+    kept = Intervals.concat(parts)
+    dropped = int(first.count.sum()) - len(kept)
+    if not dropped:
         return kept, None
-    return kept, _describe(steps, max(counts, default=0), len(items) - len(kept))
+    return kept, _describe(steps, count, dropped, steps_too)
 
 
-def _merged(spans: Iterable[Tuple[int, int]]) -> Tuple[List[int], List[int]]:
+def keep_policy(steps: StepWindow) -> Keep:
+    """What the statistics pass keeps besides the own domains: everything for ``all``, everything up to
+    :data:`AUTO_ALL_TASKS` for ``auto``, nothing else for a chosen window (a second pass finds it)."""
+    if steps.everything:
+        return Keep(limit=None)
+    return Keep(limit=AUTO_ALL_TASKS if steps.automatic else 0)
+
+
+def _chosen_spans(kept: Intervals, step_groups: List[int],
+                  steps: StepWindow) -> Tuple[Dict[int, Tuple[np.ndarray, np.ndarray]], int]:
+    """Per pid, the merged spans of the chosen steps; and the most steps a process ran."""
+    is_step = np.isin(kept.group, step_groups)
+    pids, starts, ends = kept.pid[is_step], kept.start[is_step], kept.end[is_step]
+    spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+    counts: List[int] = []
+    for pid in np.unique(pids).tolist():
+        mine = np.flatnonzero(pids == pid)
+        order = mine[np.argsort(starts[mine], kind="stable")]
+        chosen = order[steps.chosen(len(order))]
+        spans[pid] = _merged(starts[chosen], ends[chosen])
+        counts.append(len(order))
+    return spans, max(counts, default=0)
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Sorted, non-overlapping spans, as (starts, ends) for bisecting."""
-    starts: List[int] = []
-    ends: List[int] = []
-    for start, end in sorted(spans):
-        if ends and start <= ends[-1]:
-            ends[-1] = max(ends[-1], end)
+    merged_starts: List[int] = []
+    merged_ends: List[int] = []
+    for start, end in sorted(zip(starts.tolist(), ends.tolist())):
+        if merged_ends and start <= merged_ends[-1]:
+            merged_ends[-1] = max(merged_ends[-1], end)
         else:
-            starts.append(start)
-            ends.append(end)
-    return starts, ends
+            merged_starts.append(start)
+            merged_ends.append(end)
+    return np.array(merged_starts, np.int64), np.array(merged_ends, np.int64)
 
 
-def _overlaps(spans: Optional[Tuple[List[int], List[int]]], start: int, end: int) -> bool:
-    if not spans:
-        return False
-    starts, ends = spans
-    # the last span starting at or before the task's end is the only one that can overlap it
-    index = bisect.bisect_right(starts, end) - 1
-    return index >= 0 and ends[index] >= start
-
-
-def _describe(steps: StepWindow, count: int, dropped: int) -> str:
+def _describe(steps: StepWindow, count: int, dropped: int, steps_too: bool) -> str:
     parts = [f"{a}-{min(b, count)}" if b > a else str(a) for a, b in steps.ranges if a <= count]
     if steps.last:
         parts.append(f"the last {min(steps.last, count)}")
     held = ", ".join(parts) if parts else "none"
+    if steps_too:
+        return (f"trace.json holds the run's loops, epochs and evaluations, and only steps {held} of {count} with "
+                f"every task in them: {dropped} tasks left out (--trace-steps all keeps them)")
     return (f"trace.json holds every task of the run's own markers, and the others (operators, primitives) only "
             f"for steps {held} of {count}: {dropped} tasks left out (--trace-steps all keeps them)")

@@ -135,17 +135,31 @@ complete records before it are kept, and :attr:`ProcessTrace.warnings` says
 where it stopped.  Only a file without a valid header raises
 :class:`TraceFormatError`; :func:`read_trace_dir` skips such a file and names
 it in :attr:`TraceDir.skipped`.
+
+Reading
+=======
+
+:func:`scan_trace_file` reads a file in blocks of :data:`BLOCK_BYTES`, so a
+trace of any size is read in bounded memory: it returns the header at once and
+fills the names, the collection events (pause, resume, detach) and the
+warnings as its blocks are consumed; each block is every thread's task
+records (begin, end) of that part of the file, as numpy arrays of
+:data:`RECORD`, each thread's in its program order.
+:func:`read_trace_file` is the same reader giving every event as an
+:class:`Event`, for small traces (tests, inspection).
 """
 
 from __future__ import annotations
 
-import heapq
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["Event", "ProcessTrace", "TraceDir", "TraceFormatError", "read_trace_file", "read_trace_dir"]
+import numpy as np
+
+__all__ = ["Event", "ProcessTrace", "TraceDir", "TraceFormatError", "RECORD", "scan_trace_file", "read_trace_file",
+           "read_trace_dir", "scan_trace_dir"]
 
 FILE_MAGIC = b"AITTRACE"
 FORMAT_VERSION = 1
@@ -154,6 +168,11 @@ CHUNK_MAGIC = 0x4B4E4843
 _HEADER = struct.Struct("<8sIIIIQQII")
 _CHUNK = struct.Struct("<IIII")
 _RECORD = struct.Struct("<BBHIQQQ")
+#: One record, as numpy reads it.
+RECORD = np.dtype([("kind", "u1"), ("flags", "u1"), ("name_len", "<u2"), ("aux", "<u4"),
+                   ("ts", "<u8"), ("a", "<u8"), ("b", "<u8")])
+#: How much of a file is read at a time: what bounds the reader's memory, whatever the file's size.
+BLOCK_BYTES = 16 << 20
 
 KIND_BEGIN, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_DETACH = 1, 2, 3, 4, 5
 KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME = 16, 17, 18
@@ -178,6 +197,9 @@ class Event:
 
 @dataclass
 class ProcessTrace:
+    """One process's file. From :func:`scan_trace_file`, ``events`` stays empty and the names, ``controls``,
+    ``threads``, ``event_count`` and ``warnings`` are complete once its blocks are consumed."""
+
     path: Path
     pid: int
     ppid: int
@@ -187,17 +209,27 @@ class ProcessTrace:
     rank: Optional[int] = None  # the launcher's (torchrun, MPI, Slurm: see the header), else None
     thread_names: Dict[int, str] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    #: pointer -> name, for task records' ``a`` (domain) and ``b`` (string handle)
+    domains: Dict[int, str] = field(default_factory=dict)
+    strings: Dict[int, str] = field(default_factory=dict)
+    #: pause, resume and detach, in file order: (ts, kind, tid)
+    controls: List[Tuple[int, int, int]] = field(default_factory=list)
+    #: every thread that wrote a record
+    threads: set = field(default_factory=set)
+    event_count: int = 0
+
+    def domain_name(self, pointer: int) -> str:
+        return self.domains.get(pointer) or f"<domain {pointer:#x}>"
+
+    def string_name(self, pointer: int) -> str:
+        return self.strings.get(pointer) or f"<string {pointer:#x}>"
 
 
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def read_trace_file(path: Path) -> ProcessTrace:
-    """Reads one ``itt-<pid>.bin``; never raises on damage after a valid header, warns instead."""
-    path = Path(path)
-    data = path.read_bytes()
-    label = path.name
+def _header(path: Path, data: bytes) -> Tuple[ProcessTrace, int]:
     if len(data) < _HEADER.size:
         raise TraceFormatError(f"{path}: {len(data)} bytes, shorter than a trace header ({_HEADER.size})")
     magic, version, header_size, pid, ppid, mono, real, _flags, rank_plus_one = _HEADER.unpack_from(data, 0)
@@ -205,68 +237,145 @@ def read_trace_file(path: Path) -> ProcessTrace:
         raise TraceFormatError(f"{path}: not an autoitt trace (magic {magic!r})")
     if version != FORMAT_VERSION:
         raise TraceFormatError(f"{path}: trace format version {version}, this reader knows {FORMAT_VERSION}")
-    if header_size < _HEADER.size or header_size > len(data):
+    if header_size < _HEADER.size:
         raise TraceFormatError(f"{path}: bad header size {header_size}")
     trace = ProcessTrace(path=path, pid=pid, ppid=ppid, start_ns=mono, wall_start_ns=real,
                          rank=rank_plus_one - 1 if rank_plus_one else None)
+    return trace, header_size
 
-    # raw events per thread: (kind, tid, ts, a, b); names by pointer
-    per_thread: Dict[int, List[Tuple[int, int, int, int, int]]] = {}
-    domains: Dict[int, str] = {}
-    strings: Dict[int, str] = {}
+
+Block = Dict[int, np.ndarray]
+#: A file being read: its header (names and the rest filled as the blocks are consumed), and its blocks.
+Scan = Tuple[ProcessTrace, Iterator[Block]]
+
+
+def scan_trace_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Tuple[ProcessTrace, Iterator[Block]]:
+    """The header of one ``itt-<pid>.bin`` (:class:`TraceFormatError` if it has none), and its blocks.
+
+    Each block maps a thread id to that thread's begin and end records (:data:`RECORD`) in the part of
+    the file read, in program order. Damage after the header ends the blocks and becomes a warning.
+    """
+    path = Path(path)
+    handle = open(path, "rb")
+    try:
+        trace, header_size = _header(path, handle.read(_HEADER.size))
+        size = path.stat().st_size
+        if header_size > size:
+            raise TraceFormatError(f"{path}: bad header size {header_size}")
+    except BaseException:
+        handle.close()
+        raise
+    handle.seek(header_size)
+    return trace, _blocks(trace, handle, header_size, block_bytes)
+
+
+def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int) -> Iterator[Block]:
+    label = trace.path.name
     thread_names: Dict[int, Tuple[int, str]] = {}
-    count = 0
     damage: Optional[str] = None
-
-    offset = header_size
-    end = len(data)
-    while offset < end and damage is None:
-        if end - offset < _CHUNK.size:
-            damage = f"truncated at byte {offset}: partial chunk header"
-            break
-        cmagic, tid, length, _seq = _CHUNK.unpack_from(data, offset)
-        if cmagic != CHUNK_MAGIC:
-            damage = f"damaged at byte {offset}: bad chunk magic {cmagic:#x}"
-            break
-        body = offset + _CHUNK.size
-        body_end = body + length
-        if body_end > end:
-            damage = f"truncated at byte {end}: chunk at byte {offset} announces {length} bytes, {end - body} present"
-            body_end = end
-        thread = per_thread.setdefault(tid, [])
-        pos = body
-        while pos < body_end:
-            if body_end - pos < _RECORD.size:
-                damage = damage or f"damaged at byte {pos}: partial record"
+    data = b""  # what is read and not yet parsed: the file from byte ``offset`` on
+    with handle:
+        while damage is None:
+            more = handle.read(block_bytes)
+            data += more
+            if not data:
                 break
-            kind, _rflags, name_len, _aux, ts, a, b = _RECORD.unpack_from(data, pos)
-            if kind in _EVENT_KINDS:
-                thread.append((kind, tid, ts, a, b))
-                count += 1
-                pos += _RECORD.size
-            elif kind in _NAME_KINDS:
-                padded = (name_len + 7) & ~7
-                if pos + _RECORD.size + padded > body_end:
-                    damage = damage or f"damaged at byte {pos}: name record runs past its chunk"
+            per_thread: Dict[int, List[np.ndarray]] = {}
+            pos, end = 0, len(data)
+            while damage is None and pos < end:
+                if end - pos < _CHUNK.size:
+                    if not more:
+                        damage = f"truncated at byte {offset + pos}: partial chunk header"
                     break
-                name = _decode(data[pos + _RECORD.size:pos + _RECORD.size + name_len])
-                if kind == KIND_DOMAIN_NAME:
-                    domains[a] = name
-                elif kind == KIND_STRING_NAME:
-                    strings[a] = name
-                else:
-                    previous = thread_names.get(tid)
-                    if previous is None or ts >= previous[0]:
-                        thread_names[tid] = (ts, name)
-                pos += _RECORD.size + padded
-            else:
-                damage = f"damaged at byte {pos}: unknown record kind {kind}"
+                cmagic, tid, length, _seq = _CHUNK.unpack_from(data, pos)
+                if cmagic != CHUNK_MAGIC:
+                    damage = f"damaged at byte {offset + pos}: bad chunk magic {cmagic:#x}"
+                    break
+                body = pos + _CHUNK.size
+                if body + length > end:
+                    if more:
+                        break  # the chunk goes on in the next block
+                    damage = (f"truncated at byte {offset + end}: chunk at byte {offset + pos} announces "
+                              f"{length} bytes, {end - body} present")
+                records, found = _chunk(trace, data, body, min(body + length, end), tid, thread_names, offset)
+                damage = damage or found
+                trace.threads.add(tid)
+                if len(records):
+                    per_thread.setdefault(tid, []).append(records)
+                pos = min(body + length, end)
+            block = {}
+            for tid, parts in per_thread.items():
+                records = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                control = records["kind"] >= KIND_PAUSE
+                if control.any():
+                    trace.controls.extend(zip(records["ts"][control].tolist(), records["kind"][control].tolist(),
+                                              [tid] * int(control.sum())))
+                    records = records[~control]
+                trace.event_count += int(control.sum()) + len(records)
+                if len(records):
+                    block[tid] = records
+            if block:
+                yield block
+            data, offset = data[pos:], offset + pos
+            if not more:
                 break
-        offset = body + length
-
     if damage is not None:
-        trace.warnings.append(f"{label}: {damage}: read {count} events before the damage")
+        trace.warnings.append(f"{label}: {damage}: read {trace.event_count} events before the damage")
+    trace.thread_names = {tid: name for tid, (_ts, name) in thread_names.items()}
 
+
+def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
+           thread_names: Dict[int, Tuple[int, str]], base: int) -> Tuple[np.ndarray, Optional[str]]:
+    """One chunk's event records; name records go to ``trace``; the damage found, if any."""
+    length = body_end - body
+    if length % RECORD.itemsize == 0:
+        records = np.frombuffer(data, RECORD, count=length // RECORD.itemsize, offset=body)
+        kinds = records["kind"]
+        if len(kinds) == 0 or (kinds.min() >= KIND_BEGIN and kinds.max() <= KIND_DETACH):
+            return records, None  # the usual chunk: events only
+    # a chunk with names in it (a thread's first, mostly) or damage: record by record
+    kept: List[Tuple] = []
+    damage = None
+    pos = body
+    while pos < body_end:
+        if body_end - pos < _RECORD.size:
+            damage = f"damaged at byte {base + pos}: partial record"
+            break
+        record = _RECORD.unpack_from(data, pos)
+        kind, name_len, ts, a = record[0], record[2], record[4], record[5]
+        if kind in _EVENT_KINDS:
+            kept.append(record)
+            pos += _RECORD.size
+        elif kind in _NAME_KINDS:
+            padded = (name_len + 7) & ~7
+            if pos + _RECORD.size + padded > body_end:
+                damage = f"damaged at byte {base + pos}: name record runs past its chunk"
+                break
+            name = _decode(data[pos + _RECORD.size:pos + _RECORD.size + name_len])
+            if kind == KIND_DOMAIN_NAME:
+                trace.domains[a] = name
+            elif kind == KIND_STRING_NAME:
+                trace.strings[a] = name
+            else:
+                previous = thread_names.get(tid)
+                if previous is None or ts >= previous[0]:
+                    thread_names[tid] = (ts, name)
+            pos += _RECORD.size + padded
+        else:
+            damage = f"damaged at byte {base + pos}: unknown record kind {kind}"
+            break
+    return np.array(kept, dtype=RECORD), damage
+
+
+def read_trace_file(path: Path) -> ProcessTrace:
+    """Reads one ``itt-<pid>.bin`` with every event as an :class:`Event` (threads merged by time);
+    never raises on damage after a valid header, warns instead."""
+    trace, blocks = scan_trace_file(path)
+    per_thread: Dict[int, List[Tuple[int, int, int, int]]] = {}
+    for block in blocks:
+        for tid, records in block.items():
+            per_thread.setdefault(tid, []).extend(
+                zip(records["kind"].tolist(), records["ts"].tolist(), records["a"].tolist(), records["b"].tolist()))
     unknown: Dict[str, int] = {}
 
     def resolve(table: Dict[int, str], pointer: int, what: str) -> Optional[str]:
@@ -278,24 +387,16 @@ def read_trace_file(path: Path) -> ProcessTrace:
             unknown[name] = unknown.get(name, 0) + 1
         return name
 
-    def events_of(raw: List[Tuple[int, int, int, int, int]]) -> List[Event]:
-        out = []
-        for kind, tid, ts, a, b in raw:
-            domain = name = None
-            if kind == KIND_BEGIN:
-                domain = resolve(domains, a, "domain")
-                name = resolve(strings, b, "string")
-            elif kind == KIND_END:
-                domain = resolve(domains, a, "domain")
-            out.append(Event(_EVENT_KINDS[kind], pid, tid, ts, domain, name))
-        return out
-
-    per_thread_events = [events_of(raw) for raw in per_thread.values() if raw]
-    # heapq.merge keeps each thread's own order even if two of its timestamps were equal
-    trace.events = list(heapq.merge(*per_thread_events, key=lambda event: event.ts))
-    trace.thread_names = {tid: name for tid, (_ts, name) in thread_names.items()}
+    events = []
+    for tid, records in per_thread.items():
+        events.extend(Event(_EVENT_KINDS[kind], trace.pid, tid, ts, resolve(trace.domains, a, "domain"),
+                            resolve(trace.strings, b, "string") if kind == KIND_BEGIN else None)
+                      for kind, ts, a, b in records)
+    events.extend(Event(_EVENT_KINDS[kind], trace.pid, tid, ts, None, None) for ts, kind, tid in trace.controls)
+    # a stable sort keeps each thread's own order where two of its timestamps are equal
+    trace.events = sorted(events, key=lambda event: event.ts)
     for name, n in sorted(unknown.items()):
-        trace.warnings.append(f"{label}: {n} events use {name}, which has no name record")
+        trace.warnings.append(f"{path.name}: {n} events use {name}, which has no name record")
     return trace
 
 
@@ -308,14 +409,26 @@ class TraceDir:
     skipped: List[str]
 
 
-def read_trace_dir(directory: Path) -> TraceDir:
-    """Reads every ``itt-*.bin`` in ``directory``; one that is not a trace at all is skipped, and named."""
-    traces, skipped = [], []
+def _each_file(directory: Path, open_one) -> Tuple[list, List[str]]:
+    opened, skipped = [], []
     for path in sorted(Path(directory).glob("itt-*.bin")):
         try:
-            traces.append(read_trace_file(path))
+            opened.append(open_one(path))
         except TraceFormatError as exc:
             skipped.append(f"{path.name}: {str(exc).replace(str(path) + ': ', '')}; skipped")
         except OSError as exc:
             skipped.append(f"{path.name}: cannot read: {exc.strerror or exc}; skipped")
+    return opened, skipped
+
+
+def read_trace_dir(directory: Path) -> TraceDir:
+    """Reads every ``itt-*.bin`` in ``directory`` (:func:`read_trace_file`); one that is not a trace at all
+    is skipped, and named."""
+    traces, skipped = _each_file(directory, read_trace_file)
     return TraceDir(sorted(traces, key=lambda trace: trace.pid), skipped)
+
+
+def scan_trace_dir(directory: Path) -> Tuple[List[Tuple[ProcessTrace, Iterator[Block]]], List[str]]:
+    """:func:`scan_trace_file` for every ``itt-*.bin`` in ``directory``, by pid; and the files skipped."""
+    scans, skipped = _each_file(directory, scan_trace_file)
+    return sorted(scans, key=lambda scan: scan[0].pid), skipped
