@@ -136,7 +136,7 @@ def test_names_written_after_the_records_that_use_them_still_name_them(tmp_path)
     """A name record sits in its creating thread's buffer: another thread's chunk can reach the file first."""
     write_events(tmp_path / "itt-100.bin", {7: [("begin", 1, DOMAIN, "step"), ("end", 5, DOMAIN, None)]})
     data = (tmp_path / "itt-100.bin").read_bytes()
-    header, names_chunk_len = 48, 16 + int.from_bytes(data[56:60], "little")
+    header, names_chunk_len = 56, 32 + int.from_bytes(data[64:68], "little")
     names, events = data[header:header + names_chunk_len], data[header + names_chunk_len:]
     (tmp_path / "itt-100.bin").write_bytes(data[:header] + events + names)
     found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep(limit=0))

@@ -332,6 +332,30 @@ def test_sigint_keeps_what_was_recorded(tmp_path):
     assert [e.kind for e in ticks[:len(ticks) // 2 * 2]] == ["begin", "end"] * (len(ticks) // 2)
 
 
+@pytest.mark.parametrize("clock", ["auto", "monotonic"])
+def test_timestamps_read_as_the_monotonic_clock_of_the_process(tmp_path, clock):
+    """Whether records hold TSC ticks (the kernel's clocksource is the TSC) or monotonic ns, the reader
+    gives CLOCK_MONOTONIC ns: each task lies between the monotonic readings the program took around it."""
+    done, traces = run_target(tmp_path, """
+        import time, ittapi.compat as itt
+        d = itt.domain_create("clock")
+        for pause in (0.0, 0.002, 0.15, 0.0, 0.3):
+            before = time.monotonic_ns()
+            itt.task_begin(d, "t"); time.sleep(pause); itt.task_end(d)
+            print(before, time.monotonic_ns())
+    """, AUTOITT_CLOCK=clock)
+    trace = only_trace(traces)
+    flags = struct.unpack_from("<I", trace.path.read_bytes(), 40)[0]
+    assert bool(flags & 2) == (clock == "auto" and
+                               Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+                               .read_text().strip() == "tsc")
+    begins = [e.ts for e in trace.events if e.kind == "begin"]
+    ends = [e.ts for e in trace.events if e.kind == "end"]
+    for line, begin, end in zip(done.stdout.split("\n"), begins, ends):
+        before, after = map(int, line.split())
+        assert before - 20_000 <= begin <= end <= after + 20_000  # 20 µs: the conversion's slack, generously
+
+
 # --------------------------------------------------------------------------- damaged files
 
 
@@ -345,7 +369,7 @@ def test_truncated_file_reads_up_to_the_damage(tmp_path):
     whole = only_trace(traces)
     data = whole.path.read_bytes()
     cut = tmp_path / "itt-1.bin"
-    for size in (len(data) // 2 + 5, len(data) - 1, 48 + 16 + 7):
+    for size in (len(data) // 2 + 5, len(data) - 1, 56 + 32 + 7):
         cut.write_bytes(data[:size])
         trace = read_trace_file(cut)
         assert len(trace.warnings) == 1 and "itt-1.bin: truncated at byte" in trace.warnings[0], trace.warnings
@@ -354,10 +378,10 @@ def test_truncated_file_reads_up_to_the_damage(tmp_path):
         assert trace.events == whole.events[:n]
         assert n <= len(whole.events) and (n > 0 or size < 200)
     # garbage over a chunk header in the middle: read up to it, nothing after it
-    chunks, offset = [], 48
+    chunks, offset = [], 56
     while offset < len(data):
         chunks.append(offset)
-        offset += 16 + struct.unpack_from("<I", data, offset + 8)[0]
+        offset += 32 + struct.unpack_from("<I", data, offset + 8)[0]
     assert len(chunks) > 3
     middle = chunks[len(chunks) // 2]
     cut.write_bytes(data[:middle] + b"\xff" * 64 + data[middle + 64:])

@@ -14,9 +14,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from instrumenter.builtin.tracefile import (_CHUNK, _HEADER, CHUNK_MAGIC, FILE_MAGIC, KIND_BEGIN, KIND_DETACH,
-                                            KIND_DOMAIN_NAME, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_STRING_NAME,
-                                            RECORD, ProcessTrace, Scan)
+from instrumenter.builtin.tracefile import (_CHUNK, _HEADER, CHUNK_MAGIC, FILE_MAGIC, FORMAT_VERSION, KIND_BEGIN,
+                                            KIND_DETACH, KIND_DOMAIN_NAME, KIND_END, KIND_PAUSE, KIND_RESUME,
+                                            KIND_STRING_NAME, RECORD, ProcessTrace, Scan)
 
 CHUNK_RECORDS = 2048
 
@@ -32,8 +32,9 @@ class TraceWriter:
     def __init__(self, path: Path, pid: int = 100, ppid: int = 1, rank: Optional[int] = None) -> None:
         self.path, self.pid = Path(path), pid
         self.handle = open(path, "wb")
-        self.handle.write(_HEADER.pack(FILE_MAGIC, 1, _HEADER.size, pid, ppid, 0, 0, 0,
-                                       0 if rank is None else rank + 1))
+        # the record clock is CLOCK_MONOTONIC ns (flag bit 1 clear): timestamps are written as given
+        self.handle.write(_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, _HEADER.size, pid, ppid, 0, 0, 0,
+                                       0 if rank is None else rank + 1, 0))
         self.pointers: Dict[Tuple[int, str], int] = {}
         self.names = bytearray()
 
@@ -62,7 +63,7 @@ class TraceWriter:
         self.records(tid, np.array(rows, dtype=RECORD))
 
     def _chunk(self, tid: int, body: bytes) -> None:
-        self.handle.write(_CHUNK.pack(CHUNK_MAGIC, tid, len(body), 0) + body)
+        self.handle.write(_CHUNK.pack(CHUNK_MAGIC, tid, len(body), 0, 0, 0) + body)
 
     def close(self) -> None:
         self.handle.close()

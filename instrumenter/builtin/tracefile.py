@@ -39,26 +39,29 @@ is unset; the directory is created if missing):
 All integers are little-endian (the collector is built for x86-64 Linux).
 Offsets are in bytes.
 
-File header (48 bytes)
+File header (56 bytes)
 ----------------------
 
 ====== ===== ==========================================================
 offset type  field
 ====== ===== ==========================================================
 0      8s    magic ``b"AITTRACE"``
-8      u32   format version, 1
-12     u32   header size, 48 (a reader skips to this offset)
+8      u32   format version, 2 (version 1: 48-byte header, 16-byte chunk headers,
+             timestamps in ns; still read)
+12     u32   header size, 56 (a reader skips to this offset)
 16     u32   pid
 20     u32   ppid (for a forked child: the process it was forked from)
 24     u64   CLOCK_MONOTONIC at collector start (library load, or the fork), ns
 32     u64   CLOCK_REALTIME at the same moment, ns since the epoch
-40     u32   flags: bit 0 = started paused (``AUTOITT_START_PAUSED``)
+40     u32   flags: bit 0 = started paused (``AUTOITT_START_PAUSED``); bit 1 =
+             timestamps are TSC ticks (see Timestamps)
 44     u32   the process's rank + 1, 0 when it has none: from ``RANK`` (torchrun),
              ``LOCAL_RANK``, ``OMPI_COMM_WORLD_RANK`` (Open MPI), ``PMI_RANK``
              (MPICH, Intel MPI) or ``SLURM_PROCID`` (Slurm; only when
              ``SLURM_NTASKS``, else ``SLURM_NPROCS``, is above 1), the first one
              set to a number, read when the collector loads (a forked child
              keeps its parent's)
+48     u64   the record clock (see Timestamps) at the moment of offset 24
 ====== ===== ==========================================================
 
 Chunks
@@ -72,10 +75,26 @@ Then chunks, back to back, each written with a single ``write()`` on an
 4      u32   tid (Linux thread id) of the thread whose records follow
 8      u32   length in bytes of the records that follow (a multiple of 8)
 12     u32   sequence number of the chunk within the thread's buffer (informative)
+16     u64   the record clock when the chunk was written
+24     u64   CLOCK_MONOTONIC at the same moment, ns
 ====== ===== ==========================================================
 
 A thread's chunks appear in the file in the thread's program order; chunks of
 different threads interleave in any order.
+
+Timestamps
+----------
+
+Records carry the collector's record clock: CLOCK_MONOTONIC nanoseconds, or,
+when header flag bit 1 is set, the CPU's time-stamp counter (``rdtsc``: about
+15 ns a read in a VM, where ``clock_gettime`` takes 35), used when the kernel
+keeps its own time with it (its clocksource is ``tsc``: constant rate,
+synchronised across CPUs) and ``AUTOITT_CLOCK`` is not ``monotonic``. The
+header and every chunk header pair a reading of the record clock with
+CLOCK_MONOTONIC; a chunk's pair is taken as it is written, so it is later
+than all of its records. The reader turns ticks into CLOCK_MONOTONIC ns by
+linear interpolation between the pairs seen up to each record's own chunk
+(kept at least 100 ms apart), so a file converts the same whatever follows it.
 
 Records
 -------
@@ -162,11 +181,17 @@ __all__ = ["Event", "ProcessTrace", "TraceDir", "TraceFormatError", "RECORD", "s
            "read_trace_dir", "scan_trace_dir"]
 
 FILE_MAGIC = b"AITTRACE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FLAG_TSC = 2
+#: Clock pairs closer than this are not kept (but the latest always is): the rate between two kept pairs
+#: is measured over 100 ms at least, so the ~20 ns of a pair's own jitter stays below 1e-6 of it.
+PAIR_SPACING_NS = 100_000_000
 CHUNK_MAGIC = 0x4B4E4843
 
-_HEADER = struct.Struct("<8sIIIIQQII")
-_CHUNK = struct.Struct("<IIII")
+_HEADER = struct.Struct("<8sIIIIQQIIQ")
+_HEADER_V1 = struct.Struct("<8sIIIIQQII")
+_CHUNK = struct.Struct("<IIIIQQ")
+_CHUNK_V1 = struct.Struct("<IIII")
 _RECORD = struct.Struct("<BBHIQQQ")
 #: One record, as numpy reads it.
 RECORD = np.dtype([("kind", "u1"), ("flags", "u1"), ("name_len", "<u2"), ("aux", "<u4"),
@@ -229,19 +254,59 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _header(path: Path, data: bytes) -> Tuple[ProcessTrace, int]:
-    if len(data) < _HEADER.size:
+class _Clock:
+    """The record clock of one file, to CLOCK_MONOTONIC ns (see Timestamps): pairs (ticks, ns) kept at
+    least :data:`PAIR_SPACING_NS` apart, the last one always the latest."""
+
+    def __init__(self, ticks: int, mono: int, tsc: bool) -> None:
+        self.tsc = tsc
+        self.ticks, self.mono = [ticks], [mono]
+        self._arrays: Optional[Tuple[np.ndarray, np.ndarray]] = None
+
+    def add(self, ticks: int, mono: int) -> None:
+        if not self.tsc or ticks <= self.ticks[-1]:
+            return
+        if len(self.ticks) >= 2 and mono - self.mono[-2] < PAIR_SPACING_NS:
+            self.ticks[-1], self.mono[-1] = ticks, mono
+        else:
+            self.ticks.append(ticks)
+            self.mono.append(mono)
+        self._arrays = None
+
+    def to_ns(self, ticks: np.ndarray) -> np.ndarray:
+        if not self.tsc:
+            return ticks
+        t0, m0 = self.ticks[0], self.mono[0]
+        if self._arrays is None:
+            self._arrays = (np.array(self.ticks, np.float64) - t0, np.array(self.mono, np.float64) - m0)
+        xp, fp = self._arrays
+        since = (ticks.astype(np.int64) - np.int64(t0)).astype(np.float64)
+        ns = np.interp(since, xp, fp)
+        beyond = since > xp[-1]
+        if beyond.any():
+            slope = fp[-1] / xp[-1] if xp[-1] > 0 else 1.0
+            ns[beyond] = fp[-1] + (since[beyond] - xp[-1]) * slope
+        return (np.rint(ns).astype(np.int64) + m0).astype(np.uint64)
+
+
+def _header(path: Path, data: bytes) -> Tuple[ProcessTrace, int, _Clock, struct.Struct]:
+    if len(data) < _HEADER_V1.size:
         raise TraceFormatError(f"{path}: {len(data)} bytes, shorter than a trace header ({_HEADER.size})")
-    magic, version, header_size, pid, ppid, mono, real, _flags, rank_plus_one = _HEADER.unpack_from(data, 0)
+    magic, version, header_size = struct.unpack_from("<8sII", data, 0)
     if magic != FILE_MAGIC:
         raise TraceFormatError(f"{path}: not an autoitt trace (magic {magic!r})")
-    if version != FORMAT_VERSION:
-        raise TraceFormatError(f"{path}: trace format version {version}, this reader knows {FORMAT_VERSION}")
-    if header_size < _HEADER.size:
+    if version not in (1, FORMAT_VERSION):
+        raise TraceFormatError(f"{path}: trace format version {version}, this reader knows 1 and {FORMAT_VERSION}")
+    layout = _HEADER if version == FORMAT_VERSION else _HEADER_V1
+    if len(data) < layout.size:
+        raise TraceFormatError(f"{path}: {len(data)} bytes, shorter than a trace header ({layout.size})")
+    _magic, _version, header_size, pid, ppid, mono, real, flags, rank_plus_one, *ticks = layout.unpack_from(data, 0)
+    if header_size < layout.size:
         raise TraceFormatError(f"{path}: bad header size {header_size}")
     trace = ProcessTrace(path=path, pid=pid, ppid=ppid, start_ns=mono, wall_start_ns=real,
                          rank=rank_plus_one - 1 if rank_plus_one else None)
-    return trace, header_size
+    clock = _Clock(ticks[0] if ticks else mono, mono, bool(flags & FLAG_TSC) and bool(ticks))
+    return trace, header_size, clock, _CHUNK if version == FORMAT_VERSION else _CHUNK_V1
 
 
 Block = Dict[int, np.ndarray]
@@ -258,7 +323,7 @@ def scan_trace_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Tuple[Process
     path = Path(path)
     handle = open(path, "rb")
     try:
-        trace, header_size = _header(path, handle.read(_HEADER.size))
+        trace, header_size, clock, chunk = _header(path, handle.read(_HEADER.size))
         size = path.stat().st_size
         if header_size > size:
             raise TraceFormatError(f"{path}: bad header size {header_size}")
@@ -266,10 +331,11 @@ def scan_trace_file(path: Path, block_bytes: int = BLOCK_BYTES) -> Tuple[Process
         handle.close()
         raise
     handle.seek(header_size)
-    return trace, _blocks(trace, handle, header_size, block_bytes)
+    return trace, _blocks(trace, handle, header_size, block_bytes, clock, chunk)
 
 
-def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int) -> Iterator[Block]:
+def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int, clock: _Clock,
+            chunk: struct.Struct) -> Iterator[Block]:
     label = trace.path.name
     thread_names: Dict[int, Tuple[int, str]] = {}
     damage: Optional[str] = None
@@ -283,15 +349,17 @@ def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int) -> Itera
             per_thread: Dict[int, List[np.ndarray]] = {}
             pos, end = 0, len(data)
             while damage is None and pos < end:
-                if end - pos < _CHUNK.size:
+                if end - pos < chunk.size:
                     if not more:
                         damage = f"truncated at byte {offset + pos}: partial chunk header"
                     break
-                cmagic, tid, length, _seq = _CHUNK.unpack_from(data, pos)
+                cmagic, tid, length, _seq, *pair = chunk.unpack_from(data, pos)
                 if cmagic != CHUNK_MAGIC:
                     damage = f"damaged at byte {offset + pos}: bad chunk magic {cmagic:#x}"
                     break
-                body = pos + _CHUNK.size
+                body = pos + chunk.size
+                if pair:
+                    clock.add(*pair)
                 if body + length > end:
                     if more:
                         break  # the chunk goes on in the next block
@@ -299,6 +367,11 @@ def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int) -> Itera
                               f"{length} bytes, {end - body} present")
                 records, found = _chunk(trace, data, body, min(body + length, end), tid, thread_names, offset)
                 damage = damage or found
+                if clock.tsc and len(records):
+                    # chunk by chunk, with the pairs up to this one's: what a file holds converts the
+                    # same whatever follows it (a file cut short, a run still writing)
+                    records = records.copy()
+                    records["ts"] = clock.to_ns(records["ts"])
                 trace.threads.add(tid)
                 if len(records):
                     per_thread.setdefault(tid, []).append(records)
