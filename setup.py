@@ -1,6 +1,7 @@
-"""Builds autoitt's ITT collector, the one compiled part of autoitt.
+"""Builds autoitt's compiled parts: the ITT collector, and the trace reader's inner loop.
 
-``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``.
+``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``;
+``instrumenter/builtin/pairing.c`` becomes ``instrumenter/_pairing*.so``.
 It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
 ``instrumenter.collector.library_path()`` finds it. Building needs a C compiler
@@ -15,7 +16,14 @@ setup(
             "instrumenter._collector",
             sources=["instrumenter/collector/collector.c"],
             extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
-            libraries=["pthread", "dl"],
-        )
+            libraries=["pthread", "dl", "m"],
+        ),
+        # the trace reader's inner loop (instrumenter/builtin/pairing.py binds it with ctypes)
+        Extension(
+            "instrumenter._pairing",
+            sources=["instrumenter/builtin/pairing.c"],
+            extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
+            libraries=["m"],
+        ),
     ],
 )

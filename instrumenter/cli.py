@@ -20,7 +20,8 @@ import click
 
 from . import __version__
 from .diff import STYLES
-from .options import ANALYSES, BACKENDS, DEFAULT_DATA_LIMIT_MB, SAMPLING_MODES, VTuneOptions
+from .cli_options import VTUNE_FLAGS, trace_limit_option, trace_steps_option, vtune_options
+from .options import BACKENDS, VTuneOptions
 from .tally import Tally
 
 _EPILOG = """\b
@@ -252,75 +253,6 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
     sys.exit(int(tally.exit_code))
 
 
-def _parse_analyses(ctx: click.Context, param: click.Parameter, value: Optional[str]):
-    from .options import parse_analyses
-
-    try:
-        return parse_analyses(value) if value is not None else tuple(ANALYSES)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _parse_shell_words(ctx: click.Context, param: click.Parameter, values: Tuple[str, ...]) -> Tuple[str, ...]:
-    """Each value split as a shell would: `--launcher "mpirun -n 4"`, `--vtune-arg "-knob sampling-interval=5"`."""
-    from .options import split_args
-
-    try:
-        words = split_args(values)
-    except ValueError as exc:
-        raise click.BadParameter(f"{exc}: {' '.join(values)!r}") from None
-    if values and not words:
-        raise click.BadParameter("is empty")
-    return words
-
-
-#: The VTune backend's options: (parameter name, flag), to name those given with the built-in backend.
-_VTUNE_FLAGS = (("analysis", "--analysis"), ("vtune_args", "--vtune-arg"), ("sampling_mode", "--sampling-mode"),
-                ("data_limit", "--data-limit"))
-
-
-def _vtune_options(command):
-    """The options of the VTune backend (``autoitt profile``); ignored, with a note, by the built-in one."""
-    for option in reversed([
-        click.option("--analysis", metavar="LIST", callback=_parse_analyses,
-                     help="VTune analyses to run, in this order: hotspots,uarch (uarch = uarch-exploration with "
-                          "memory bandwidth). Default: both."),
-        click.option("--sampling-mode", type=click.Choice(SAMPLING_MODES), default="sw", show_default=True,
-                     help="Hotspots sampling: sw (user-mode, no driver needed) or hw (hardware event-based)."),
-        click.option("--data-limit", type=click.IntRange(min=0), default=DEFAULT_DATA_LIMIT_MB, show_default=True,
-                     metavar="MB", help="VTune's -data-limit; 0 is unlimited (a limit stops collection early, "
-                                        "so the profile would cover the first steps only)."),
-        click.option("--vtune-arg", "vtune_args", multiple=True, metavar="ARGS", callback=_parse_shell_words,
-                     help="Extra options for every `vtune -collect`, split as a shell would "
-                          "(--vtune-arg '-knob sampling-interval=5'); repeatable."),
-        click.option("--launcher", metavar="CMD", callback=lambda ctx, param, value: _parse_shell_words(
-                         ctx, param, () if value is None else (value,)),
-                     help='Run the script through this launcher, one process per rank: "mpirun -n 4", '
-                          '"srun", "torchrun --nproc_per_node 2". With VTune, one vtune per rank (every per-rank '
-                          "result folder is read back)."),
-    ]):
-        command = option(command)
-    return command
-
-
-def _parse_trace_steps(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
-    from .builtin.timeline import StepWindow
-
-    if value is not None:
-        try:
-            StepWindow.parse(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return value
-
-
-_trace_steps_option = click.option(
-    "--trace-steps", metavar="auto|all|A-B,...,-N", callback=_parse_trace_steps,
-    help="Which steps trace.json keeps every task of (operators, primitives; the run's own markers are always "
-         "kept): auto (the default) keeps everything up to a million tasks, else steps 2-11 and the last 10; "
-         "all; or steps A-B, A, and -N for the last N. Statistics always cover the whole run. Built-in backend.")
-
-
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -330,11 +262,12 @@ _trace_steps_option = click.option(
               help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
-@_trace_steps_option
+@trace_steps_option
+@trace_limit_option
 @_mode_options
-@_vtune_options
+@vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
-            trace_steps: str,
+            trace_steps: str, trace_limit: Optional[int],
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
@@ -370,9 +303,10 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     options = ProfileOptions(
         mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
         result_dir=result_dir, json_output=as_json, launcher=launcher, trace_steps=trace_steps or "auto",
+        trace_limit=trace_limit,
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
                            extra_args=vtune_args),
-        vtune_flags_given=tuple(flag for name, flag in _VTUNE_FLAGS
+        vtune_flags_given=tuple(flag for name, flag in VTUNE_FLAGS
                                 if context.get_parameter_source(name) is ParameterSource.COMMANDLINE))
     tally = Tally(quiet=as_json)
     ended = {}
@@ -407,7 +341,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 @click.option("--recompute", is_flag=True,
               help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
                    "printing the saved summary.")
-@_trace_steps_option
+@trace_steps_option
 def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Optional[str]) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
 

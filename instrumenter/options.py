@@ -98,6 +98,27 @@ def vtune_launcher_problem(launcher: Sequence[str]) -> Optional[str]:
             "local rank from LOCAL_RANK, not --local-rank); add --use-env, or use torchrun")
 
 
+#: ``--trace-limit``'s default, 2G: a process's trace file stops growing there (its statistics do not).
+DEFAULT_TRACE_LIMIT = 2 << 30
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> Optional[int]:
+    """``--trace-limit``: bytes from ``500M``, ``2G``, ``1.5G``, ``100000`` (K, M, G, T are powers of 1024, a
+    trailing ``B`` or ``iB`` is allowed); ``none`` or ``0``: no limit (``None``). ``ValueError`` otherwise."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    if value in ("NONE", "0"):
+        return None
+    number, unit = (value[:-1], value[-1]) if value[-1:] in _SIZE_UNITS and value[-1:] else (value, "")
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except (ValueError, OverflowError):
+        raise ValueError(f"{text!r}: expected a size such as 500M, 2G or 100000 (bytes), or none") from None
+    if size < 64 * 1024:
+        raise ValueError(f"{text!r}: at least 64K (one buffer of the collector), or none")
+    return size
+
+
 def split_args(values: Sequence[str]) -> Tuple[str, ...]:
     """Each value is split as a shell would (``"-knob sampling-interval=5"`` is two arguments)."""
     return tuple(arg for value in values for arg in shlex.split(value))
@@ -130,5 +151,7 @@ class ProfileOptions:
     json_output: bool = False
     #: which steps trace.json keeps every task of (``--trace-steps``; see instrumenter.builtin.timeline)
     trace_steps: str = "auto"
+    #: bytes a process's trace file may take (``--trace-limit``), None: no limit; built-in backend
+    trace_limit: Optional[int] = DEFAULT_TRACE_LIMIT
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
     vtune_flags_given: Tuple[str, ...] = ()

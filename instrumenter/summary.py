@@ -10,7 +10,7 @@ same kind of figure as wall time. ``summary.json`` and ``--json`` are
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 
@@ -45,7 +45,7 @@ class StepStats:
     steady_mean_s: float  # mean of every step after the first
     #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
     #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
-    durations_s: Sequence[float] = field(repr=False, default=())
+    durations_s: Sequence[float] = field(repr=False, compare=False, default=())
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,11 @@ class Summary:
 
     def to_json(self) -> dict:
         """Statistics only, so it stays small however long the run (step durations are left out)."""
-        data = asdict(self)
+        def bare(steps: List[StepStats]) -> List[StepStats]:
+            return [replace(step, durations_s=()) for step in steps]
+
+        data = asdict(replace(self, steps=bare(self.steps),
+                              ranks=[replace(rank, steps=bare(rank.steps)) for rank in self.ranks]))
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
             del step["durations_s"]
         return data

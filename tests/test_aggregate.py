@@ -11,8 +11,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumenter.builtin.aggregate import PERCENTILE_ERROR, Keep, aggregate
-from instrumenter.builtin.tracefile import scan_trace_dir, scan_trace_file
+from instrumenter.builtin.aggregate import PERCENTILE_ERROR, aggregate
+from instrumenter.builtin.intervals import Keep
+from instrumenter.builtin.scan import scan_trace_dir, scan_trace_file
 from tests.trace_writer import TraceWriter, event_scans, steps_with_operators, write_events
 
 DOMAIN = "autoitt.train"
@@ -68,7 +69,8 @@ def reference(threads: Dict[int, List[Tuple]]) -> Dict[str, list]:
 
 def blocks_of(threads, cuts):
     """The threads' records as the scanner would give them, cut into blocks at ``cuts`` (fractions)."""
-    from instrumenter.builtin.tracefile import Event, ProcessTrace
+    from instrumenter.builtin.events import Event
+    from instrumenter.builtin.tracefile import ProcessTrace
 
     trace = ProcessTrace(path=Path("itt-1.bin"), pid=1, ppid=0, start_ns=0, wall_start_ns=0,
                          events=[Event(kind, 1, tid, ts, domain, name)

@@ -20,7 +20,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from instrumenter.collector import environment, library_path
-from instrumenter.builtin.tracefile import Event, ProcessTrace, TraceFormatError, read_trace_dir, read_trace_file
+from instrumenter.builtin.events import Event, read_trace_dir, read_trace_file
+from instrumenter.builtin.tracefile import ProcessTrace, TraceFormatError
 
 ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")
 

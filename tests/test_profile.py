@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.aggregate import Keep, aggregate
-from instrumenter.builtin.tracefile import read_trace_dir, scan_trace_dir
+from instrumenter.builtin.aggregate import aggregate
+from instrumenter.builtin.intervals import Keep
+from instrumenter.builtin.events import read_trace_dir
+from instrumenter.builtin.scan import scan_trace_dir
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow

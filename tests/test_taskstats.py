@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from instrumenter.builtin.aggregate import Keep, aggregate
+from instrumenter.builtin.aggregate import aggregate
+from instrumenter.builtin.intervals import Keep
 from instrumenter.builtin.taskstats import summarize
-from instrumenter.builtin.tracefile import Event, ProcessTrace
+from instrumenter.builtin.events import Event
+from instrumenter.builtin.tracefile import ProcessTrace
 from tests.trace_writer import event_scans
 
 DOMAIN = "autoitt.train"

@@ -10,7 +10,8 @@ import pytest
 from instrumenter.builtin import timeline as timeline_module
 from instrumenter.builtin.aggregate import aggregate
 from instrumenter.builtin.timeline import StepWindow, keep_policy, timeline
-from instrumenter.builtin.tracefile import Event, ProcessTrace
+from instrumenter.builtin.events import Event
+from instrumenter.builtin.tracefile import ProcessTrace
 from tests.test_profile import autoitt
 from tests.trace_writer import event_scans
 

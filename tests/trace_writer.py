@@ -16,7 +16,8 @@ import numpy as np
 
 from instrumenter.builtin.tracefile import (_CHUNK, _HEADER, CHUNK_MAGIC, FILE_MAGIC, FORMAT_VERSION, KIND_BEGIN,
                                             KIND_DETACH, KIND_DOMAIN_NAME, KIND_END, KIND_PAUSE, KIND_RESUME,
-                                            KIND_STRING_NAME, RECORD, ProcessTrace, Scan)
+                                            KIND_STRING_NAME, RECORD, ProcessTrace)
+from instrumenter.builtin.scan import Scan
 
 CHUNK_RECORDS = 2048
 

@@ -41,7 +41,7 @@ class BuiltinBackend(Backend):
             say(f"{', '.join(job.options.vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
         env = dict(os.environ)
-        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused))
+        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit))
         started = time.perf_counter()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
         command = list(under_launcher(job.options.launcher, job.command))
@@ -59,7 +59,7 @@ class BuiltinBackend(Backend):
         from .ranks import rank_stats, stragglers
         from .taskstats import summarize
         from .timeline import StepWindow, keep_policy, timeline
-        from .tracefile import scan_trace_dir
+        from .scan import scan_trace_dir
 
         trace_dir = folder / TRACE_SUBDIR
 

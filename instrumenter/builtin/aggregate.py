@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from .intervals import Intervals, overlapping
-from .tracefile import KIND_BEGIN, KIND_DETACH, KIND_PAUSE, KIND_RESUME, ProcessTrace, Scan
+from . import pairing
+from .intervals import Intervals, Keep
+from .scan import Scan
+from .tracefile import KIND_BEGIN, KIND_DETACH, KIND_LIMIT, KIND_PAUSE, KIND_RESUME, ProcessTrace
 
 #: Histogram buckets: a duration ``d`` >= 1 ns falls in bucket ``floor(log(d) / log(RATIO)) + 1``, 0 ns in
 #: bucket 0. A percentile is reported as its bucket's middle, so within ``(RATIO - 1) / (RATIO + 1)`` of the
@@ -66,55 +68,21 @@ class Aggregates:
     threads: int
     collected_ns: int
     warnings: List[str] = field(default_factory=list)
+    #: a file reached its trace limit: ``kept`` stops there, the statistics do not
+    limited: bool = False
 
-    def percentile_ns(self, group: int, q: float) -> float:
-        """The ``q`` quantile (0..1) of the group's durations, within :data:`PERCENTILE_ERROR`."""
-        counts = self.histogram[group]
-        total = int(self.count[group])
+    def percentile_ns(self, groups: Union[int, Sequence[int]], q: float) -> float:
+        """The ``q`` quantile (0..1) of the durations of a group (or of several together), within
+        :data:`PERCENTILE_ERROR`."""
+        groups = [groups] if isinstance(groups, int) else list(groups)
+        counts = self.histogram[groups].sum(axis=0)
+        total = int(counts.sum())
         if total == 0:
             return 0.0
         rank = q * (total - 1)
         bucket = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
         value = 0.0 if bucket == 0 else RATIO ** (bucket - 1) * (1 + RATIO) / 2
-        return float(min(max(value, self.min_ns[group]), self.max_ns[group]))
-
-
-class Keep:
-    """Which instances outside the run's own domains a pass keeps.
-
-    ``limit``: all of them while they are at most that many (``None``: no limit); past it, none (and
-    :attr:`overflowed`). ``spans``: per pid, sorted disjoint (starts, ends): those overlapping a span.
-    """
-
-    def __init__(self, limit: Optional[int] = None,
-                 spans: Optional[Dict[int, Tuple[np.ndarray, np.ndarray]]] = None) -> None:
-        self.limit = limit
-        self.spans = spans
-        self.kept = 0
-        self.overflowed = False
-
-    def others(self, pid: int, start: np.ndarray, end: np.ndarray) -> Optional[np.ndarray]:
-        """A mask of the instances to keep among these (``None``: all of them)."""
-        if self.spans is not None:
-            return overlapping(self.spans.get(pid), start, end)
-        if self.overflowed:
-            return np.zeros(len(start), np.bool_)
-        self.kept += len(start)
-        if self.limit is not None and self.kept > self.limit:
-            self.overflowed = True
-            return np.zeros(len(start), np.bool_)
-        return None
-
-
-class _Open:
-    """A thread's open tasks, bottom to top: local id, start, child time so far."""
-
-    __slots__ = ("ids", "starts", "child")
-
-    def __init__(self) -> None:
-        self.ids: List[int] = []
-        self.starts: List[int] = []
-        self.child: List[int] = []
+        return float(min(max(value, self.min_ns[groups].min()), self.max_ns[groups].max()))
 
 
 class _Process:
@@ -128,6 +96,7 @@ class _Process:
         self.statistics = statistics
         self.ids: Dict[Tuple[int, int], int] = {}
         self.pointers: List[Tuple[int, int]] = []
+        self._lookup = (np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint64))
         self.own: List[bool] = []  # per local id, from the names known when it was first seen
         size = 64
         self.count = np.zeros(size, np.int64)
@@ -137,29 +106,45 @@ class _Process:
         self.min_ns = np.full(size, np.iinfo(np.int64).max, np.int64)
         self.max_ns = np.zeros(size, np.int64)
         self.histogram = np.zeros((size, BUCKETS), np.int64) if statistics else None
-        self.open: Dict[int, _Open] = {}
+        self.threads: Dict[int, pairing.Thread] = {}
         self.last_ts: Dict[int, int] = {}
         self.kept: Dict[int, List[Intervals]] = {}  # per thread, in the order they began (unfinished last)
         self.thread_time_ns = 0
         self.unfinished = 0
+        self.counted_events = 0  # past the trace limit: the begins and ends the collector counted
         self.max_ts = trace.start_ns
 
     # -- numbering -------------------------------------------------------------------------------------
     def _local_ids(self, domains: np.ndarray, strings: np.ndarray) -> np.ndarray:
+        """The local id of each (domain, string handle) pair: looked up among the string handles seen."""
         if len(strings) == 0:
             return np.zeros(0, np.int64)
-        unique_strings, inverse = np.unique(strings, return_inverse=True)
-        seen_at = np.zeros(len(unique_strings), np.int64)
-        seen_at[inverse] = np.arange(len(strings))  # one place each string handle is used
-        paired_domain = domains[seen_at]
-        if np.array_equal(domains, paired_domain[inverse]):  # the usual case: one domain per string handle
-            pairs = zip(paired_domain.tolist(), unique_strings.tolist())
-            lut = np.array([self._number(pair) for pair in pairs], np.int64)
-            return lut[inverse]
-        keys = np.stack([domains, strings], axis=1)
-        unique_pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+        for _ in range(2):
+            keys, numbers, paired = self._lookup
+            at = np.minimum(np.searchsorted(keys, strings), max(len(keys) - 1, 0))
+            found = keys[at] == strings if len(keys) else np.zeros(len(strings), np.bool_)
+            if found.all():
+                if np.array_equal(paired[at], domains):  # the usual case: one domain per string handle
+                    return numbers[at]
+                break
+            missing = np.flatnonzero(~found)
+            _new, first = np.unique(strings[missing], return_index=True)
+            for domain, string in zip(domains[missing[first]].tolist(), strings[missing[first]].tolist()):
+                self._number((domain, string))
+            self._lookup = self._table()
+        pairs = np.stack([domains, strings], axis=1)
+        unique_pairs, inverse = np.unique(pairs, axis=0, return_inverse=True)
         lut = np.array([self._number((int(a), int(b))) for a, b in unique_pairs.tolist()], np.int64)
         return lut[inverse.reshape(-1)]
+
+    def _table(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """String handles seen, sorted, with the local id and domain of their first pair."""
+        first: Dict[int, Tuple[int, int]] = {}
+        for number, (domain, string) in enumerate(self.pointers):
+            first.setdefault(string, (number, domain))
+        keys = np.array(sorted(first), np.uint64)
+        return (keys, np.array([first[k][0] for k in keys.tolist()], np.int64),
+                np.array([first[k][1] for k in keys.tolist()], np.uint64))
 
     def _number(self, pair: Tuple[int, int]) -> int:
         number = self.ids.get(pair)
@@ -189,139 +174,75 @@ class _Process:
     # -- pairing ---------------------------------------------------------------------------------------
     def add(self, tid: int, records: np.ndarray) -> None:
         """One thread's begin and end records of one block, in program order."""
-        ts = records["ts"].astype(np.int64)
         begin = records["kind"] == KIND_BEGIN
-        ids = np.full(len(records), -1, np.int64)
+        ids = np.zeros(len(records), np.int64)
         ids[begin] = self._local_ids(records["a"][begin], records["b"][begin])
-        self.last_ts[tid] = int(ts[-1])
-        self.max_ts = max(self.max_ts, int(ts.max()))
-        carried = self.open.get(tid) or _Open()
-        closed, still_open = _pair(begin, ts, ids, carried)
-        self.open[tid] = still_open
-        self._record(tid, *closed, finished=True)
+        self.last_ts[tid] = int(records["ts"][-1])
+        self.max_ts = max(self.max_ts, self.last_ts[tid])
+        thread = self._thread(tid)
+        rows, thread_time, unfinished = pairing.pair(thread, records, ids, self._counts())
+        self.thread_time_ns += thread_time
+        self.unfinished += unfinished
+        self._keep(tid, rows)
 
     def finish(self) -> None:
-        """Ends every task still open at its thread's last event (an unfinished instance)."""
-        for tid, stack in self.open.items():
-            end = self.last_ts.get(tid, 0)
-            ids, starts, selfs, depths, inside = [], [], [], [], []
-            child_of_next = 0
-            for depth in range(len(stack.ids) - 1, -1, -1):
-                start = stack.starts[depth]
-                duration = max(end - start, 0)
-                ids.append(stack.ids[depth])
-                starts.append(start)
-                selfs.append(max(duration - stack.child[depth] - child_of_next, 0))
-                depths.append(depth)
-                inside.append(stack.ids[depth] not in stack.ids[:depth])
-                child_of_next = duration
-            if ids:
-                self.unfinished += len(ids)
-                n = len(ids)
-                self._record(tid, np.array(ids, np.int64), np.array(starts, np.int64), np.full(n, end, np.int64),
-                             np.array(selfs, np.int64), np.array(depths, np.int64), np.array(inside, np.bool_),
-                             finished=False)
-        self.open = {}
+        """Adds the collector's counts past the trace limit; ends every task still open at its thread's last
+        event (an unfinished instance)."""
+        for stats in self.trace.stats:
+            self.last_ts[stats.tid] = max(self.last_ts.get(stats.tid, 0), stats.ts)
+            if not self.statistics:
+                continue
+            number = self._number((stats.domain, stats.string))
+            count, total, inside, own, low, high, outer, unfinished = stats.head
+            if count:
+                self.count[number] += count
+                self.sum_ns[number] += total
+                self.inside_ns[number] += inside
+                self.self_ns[number] += own
+                self.min_ns[number] = min(self.min_ns[number], low)
+                self.max_ns[number] = max(self.max_ns[number], high)
+                self.thread_time_ns += outer
+                self.unfinished += unfinished
+                self.counted_events += 2 * count
+            if len(stats.buckets):
+                np.add.at(self.histogram[number], stats.buckets[:, 0].astype(np.int64), stats.buckets[:, 1])
+        for tid, thread in self.threads.items():
+            rows, thread_time = pairing.close(thread, self.last_ts.get(tid, 0), self._counts())
+            self.thread_time_ns += thread_time
+            self.unfinished += len(rows[0])
+            self._keep(tid, rows)
 
-    def _record(self, tid: int, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray, selfs: np.ndarray,
-                depths: np.ndarray, outermost: np.ndarray, finished: bool) -> None:
+    def _thread(self, tid: int) -> pairing.Thread:
+        thread = self.threads.get(tid)
+        if thread is None:
+            thread = self.threads[tid] = pairing.Thread(len(self.count))
+        thread.fit(len(self.count))
+        return thread
+
+    def _counts(self) -> Optional[pairing.Counts]:
+        if not self.statistics:
+            return None
+        return pairing.Counts(self.count, self.sum_ns, self.inside_ns, self.self_ns, self.min_ns, self.max_ns,
+                              self.histogram, _LOG_RATIO)
+
+    def _keep(self, tid: int, rows: pairing.Rows) -> None:
+        """The closed instances the keep policy keeps, in the order they began."""
+        ids, starts, ends, _selfs, depths, _outermost, finished = rows
         if not len(ids):
             return
-        durations = ends - starts
-        self.thread_time_ns += int(durations[depths == 0].sum())
-        if self.statistics:
-            np.add.at(self.count, ids, 1)
-            np.add.at(self.sum_ns, ids, durations)
-            np.add.at(self.inside_ns, ids, np.where(outermost, durations, 0))
-            np.add.at(self.self_ns, ids, selfs)
-            np.minimum.at(self.min_ns, ids, durations)
-            np.maximum.at(self.max_ns, ids, durations)
-            buckets = np.zeros(len(durations), np.int64)
-            positive = durations > 0
-            buckets[positive] = (np.log(durations[positive]) / _LOG_RATIO).astype(np.int64) + 1
-            np.add.at(self.histogram, (ids, buckets), 1)
         others = self.keep.others(self.trace.pid, starts, ends)
-        keep = np.ones(len(ids), np.bool_) if others is None else np.array(self.own, np.bool_)[ids] | others
-        if keep.any():
-            n = int(keep.sum())
-            self.kept.setdefault(tid, []).append(Intervals(np.full(n, self.trace.pid, np.int64), np.full(n, tid, np.int64), ids[keep],
-                                       starts[keep], ends[keep], selfs[keep], depths[keep],
-                                       np.full(n, finished, np.bool_)))
+        keep = slice(None) if others is None else np.flatnonzero(np.array(self.own, np.bool_)[ids] | others)
+        starts = starts[keep]
+        if not len(starts):
+            return
+        order = np.argsort(starts, kind="stable")  # rows come in the order tasks closed
+        self.kept.setdefault(tid, []).append(Intervals.of(
+            self.trace.pid, tid, ids[keep][order], starts[order], ends[keep][order], depths[keep][order],
+            finished[keep][order]))
 
     def names(self) -> List[Tuple[str, str]]:
         """Each local id's (domain, name), now that the whole file's names are known."""
         return [(self.trace.domain_name(a), self.trace.string_name(b)) for a, b in self.pointers]
-
-
-def _pair(begin: np.ndarray, ts: np.ndarray, ids: np.ndarray, carried: _Open):
-    """Pairs one thread's records (``begin``: which are begins) after the tasks ``carried`` open.
-
-    Returns the closed instances (local ids, starts, ends, self times, depths, outermost-of-their-task) and
-    the tasks left open. Levels: a begin opens the level of the depth it makes; an end closes the level it
-    leaves. Sorted by level (stably), each level reads begin, end, begin, end, ... with at most one open
-    begin last: so consecutive begin-end pairs of a level are the instances.
-    """
-    n0 = len(carried.ids)
-    is_begin = np.concatenate([np.ones(n0, np.bool_), begin])
-    times = np.concatenate([np.array(carried.starts, np.int64), ts])
-    local = np.concatenate([np.array(carried.ids, np.int64), ids])
-    n = len(times)
-    steps = np.where(is_begin, 1, -1)
-    depth = np.cumsum(steps)
-    floor = np.minimum(np.minimum.accumulate(depth), 0)
-    dropped = np.zeros(n, np.bool_)
-    dropped[1:] = floor[1:] < floor[:-1]
-    dropped[0] = floor[0] < 0
-    depth = depth - floor  # an end with no open task is dropped: the depth stays at 0
-    level = np.where(is_begin, depth, depth + 1)
-    position = np.flatnonzero(~dropped)
-    order = position[np.argsort(level[position], kind="stable")]
-    sorted_level = level[order]
-    sorted_begin = is_begin[order]
-    closes = np.zeros(len(order), np.bool_)
-    closes[:-1] = sorted_begin[:-1] & ~sorted_begin[1:] & (sorted_level[:-1] == sorted_level[1:])
-
-    # every begin (closed or open), ordered by (level, position): its parent is the begin one level up
-    # that comes last before it
-    begins = np.flatnonzero(sorted_begin)
-    begin_pos = order[begins]
-    begin_level = sorted_level[begins]
-    begin_closed = closes[begins]
-    begin_end = np.zeros(len(begins), np.int64)
-    begin_end[begin_closed] = times[order[begins[begin_closed] + 1]]
-    key = begin_level * (n + 1) + begin_pos
-    parent = np.searchsorted(key, (begin_level - 1) * (n + 1) + begin_pos) - 1
-    parent[begin_level == 1] = -1
-    begin_ids = local[begin_pos]
-    begin_start = times[begin_pos]
-    duration = np.where(begin_closed, begin_end - begin_start, 0)
-
-    child = np.zeros(len(begins), np.int64)
-    with_parent = begin_closed & (parent >= 0)
-    np.add.at(child, parent[with_parent], duration[with_parent])
-    if n0:
-        carried_rank = np.searchsorted(key, np.arange(1, n0 + 1) * (n + 1) + np.arange(n0))
-        child[carried_rank] += np.array(carried.child, np.int64)
-
-    outermost = np.ones(len(begins), np.bool_)
-    ancestor = parent.copy()
-    while True:
-        live = np.flatnonzero(ancestor >= 0)
-        if not len(live):
-            break
-        outermost[live] &= begin_ids[ancestor[live]] != begin_ids[live]
-        ancestor[live] = parent[ancestor[live]]
-
-    closed = np.flatnonzero(begin_closed)
-    closed = closed[np.argsort(begin_pos[closed], kind="stable")]  # in the order they began
-    result = (begin_ids[closed], begin_start[closed], begin_end[closed],
-              np.maximum(duration[closed] - child[closed], 0), begin_level[closed] - 1, outermost[closed])
-    still = _Open()
-    open_ranks = np.flatnonzero(~begin_closed)  # one per level, by level: the stack, bottom to top
-    still.ids = begin_ids[open_ranks].tolist()
-    still.starts = begin_start[open_ranks].tolist()
-    still.child = child[open_ranks].tolist()
-    return result, still
 
 
 def collected_ns(trace: ProcessTrace, last_ts: int, start_paused: bool) -> int:
@@ -362,11 +283,19 @@ def aggregate(scans: Iterable[Scan], own_domains: Iterable[str], keep: Keep, sta
 def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
     groups: Dict[Tuple[str, str], int] = {}
     luts = []
+    limited = False
     warnings: List[str] = []
     for process in processes:
         names = process.names()
         luts.append(np.array([groups.setdefault(name, len(groups)) for name in names], np.int64))
         warnings.extend(process.trace.warnings)
+        reached = [ts for ts, kind, _tid in process.trace.controls if kind == KIND_LIMIT]
+        if reached:
+            limited = True
+            warnings.append(f"{process.trace.path.name} reached the trace limit (--trace-limit) "
+                            f"{(min(reached) - process.trace.start_ns) / 1e9:.1f} s after its start: its timeline "
+                            "(trace.json, steps.svg, the ranks' step by step comparison) stops there; the task and "
+                            "step statistics count the whole run (the collector counted past the limit)")
         missing: Dict[str, int] = {}
         for (a, b), count in zip(process.pointers, process.count.tolist()):
             for pointer, table, what in ((a, process.trace.domains, "domain"), (b, process.trace.strings, "string")):
@@ -391,7 +320,7 @@ def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
             np.add.at(histogram, lut, process.histogram[:used])
         for tid in sorted(process.kept):
             for part in process.kept[tid]:
-                part.group = lut[part.group]
+                part.group = lut[part.group].astype(np.int32)
                 kept.append(part)
     names = list(groups)
     kept_all = Intervals.concat(kept)
@@ -407,6 +336,6 @@ def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
         groups=names, histogram=histogram, kept=kept_all, kept_everything=everything,
         thread_time_ns=sum(p.thread_time_ns for p in processes), unfinished=sum(p.unfinished for p in processes),
         processes=len(processes),
-        events=sum(p.trace.event_count for p in processes), threads=sum(len(p.trace.threads) for p in processes),
-        collected_ns=0, warnings=warnings, **merged)
+        events=sum(p.trace.event_count + p.counted_events for p in processes), threads=sum(len(p.trace.threads) for p in processes),
+        collected_ns=0, warnings=warnings, limited=limited, **merged)
 

@@ -48,7 +48,7 @@ def _metadata(traces: Sequence, script_name: str, origin: int) -> Iterator[dict]
     pids = {t.pid for t in traces}
     # one rank alone (a leftover RANK=0, mpirun -n 1) is labelled as a plain run
     with_ranks = ranked(traces)
-    kinds = {3: "pause", 4: "resume", 5: "detach"}
+    kinds = {3: "pause", 4: "resume", 5: "detach", 6: "trace limit reached"}
     for trace in traces:
         worker = trace.ppid in pids
         rank = trace.rank if with_ranks else None

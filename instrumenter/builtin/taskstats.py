@@ -8,7 +8,6 @@ the run's own domains'); output is the plain dataclasses of
 
 from __future__ import annotations
 
-from array import array
 from typing import Iterable, List, Optional
 
 import numpy as np
@@ -44,9 +43,13 @@ def task_stats(aggregates: Aggregates) -> List[TaskStats]:
 
 
 def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
-               domains: Optional[Iterable[str]] = None) -> List[StepStats]:
+               domains: Optional[Iterable[str]] = None, totals: Optional[Aggregates] = None) -> List[StepStats]:
     """Per step label, on autoitt's own domains (``None``: any domain): the finished instances, in the
-    order ``kept`` holds them (by process and thread, each thread's in the order they began)."""
+    order ``kept`` holds them (by process and thread, each thread's in the order they began).
+
+    ``totals``: a run past its trace limit, whose ``kept`` stops at the limit: count, mean, median and p95
+    come from its statistics (percentiles within ``aggregate.PERCENTILE_ERROR``), the first step and the
+    durations (the plot's) from ``kept``."""
     wanted = None if domains is None else set(domains)
     result = []
     for label in step_labels:
@@ -55,16 +58,26 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
             continue
         mask = np.isin(kept.group, ids) & kept.finished
         durations = (kept.end[mask] - kept.start[mask]) / 1e9
+        del mask
         if not len(durations):
             continue
         ordered = np.sort(durations)
-        p95 = float(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))])
+        last = len(ordered) - 1
+        p95 = float(ordered[min(last, int(round(0.95 * last)))])
+        median = float((ordered[last // 2] + ordered[(last + 1) // 2]) / 2)
+        del ordered
         rest = durations[1:]
+        count, mean = len(durations), float(durations.mean())
+        steady = float(rest.mean()) if len(rest) else float(durations[0])
+        if totals is not None:
+            count = int(totals.count[ids].sum())
+            total_s = int(totals.sum_ns[ids].sum()) / 1e9
+            mean = total_s / count
+            median, p95 = totals.percentile_ns(ids, 0.5) / 1e9, totals.percentile_ns(ids, 0.95) / 1e9
+            steady = (total_s - float(durations[0])) / (count - 1) if count > 1 else float(durations[0])
         result.append(StepStats(
-            label=label, count=len(durations), mean_s=float(durations.mean()),
-            median_s=float(np.median(ordered)), p95_s=p95, first_s=float(durations[0]),
-            steady_mean_s=float(rest.mean()) if len(rest) else float(durations[0]),
-            durations_s=array("d", durations.tobytes()),
+            label=label, count=count, mean_s=mean, median_s=median, p95_s=p95, first_s=float(durations[0]),
+            steady_mean_s=steady, durations_s=durations,
         ))
     return result
 
@@ -87,7 +100,7 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=step_stats(a.kept, a.groups, step_labels, domains),
+        steps=step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None),
         operators=operators,
         unfinished=a.unfinished,
         warnings=warnings,

@@ -30,7 +30,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
-from .aggregate import Aggregates, Intervals, Keep, Scan, aggregate, overlapping
+from .aggregate import Aggregates, aggregate
+from .intervals import Intervals, Keep, overlapping
+from .scan import Scan
 
 #: Up to this many tasks, ``auto`` keeps the whole timeline (about 100 MB of trace.json).
 AUTO_ALL_TASKS = 1_000_000
@@ -105,7 +107,7 @@ def timeline(first: Aggregates, rescan: Callable[[], Iterable[Scan]], step_label
         lut = np.array([number.get(name, -1) for name in second.groups], np.int64)
         not_own = np.array([domain not in own for domain, _ in second.groups], np.bool_)
         others = second.kept.take(not_own[second.kept.group]) if len(second.kept) else Intervals.empty()
-        others.group = lut[others.group]
+        others.group = lut[others.group].astype(np.int32)
         parts.append(others)
     kept = Intervals.concat(parts)
     dropped = int(first.count.sum()) - len(kept)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 __all__ = ["CollectorMissing", "library_path", "environment"]
 
@@ -50,14 +50,17 @@ def library_path() -> Path:
     return Path(origin).resolve()
 
 
-def environment(trace_dir: Path, start_paused: bool) -> Dict[str, str]:
+def environment(trace_dir: Path, start_paused: bool, trace_limit: Optional[int] = None) -> Dict[str, str]:
     """The variables to add to a target's environment so it records into trace_dir.
 
     ``start_paused`` is VTune's ``-start-paused``: tasks are dropped until the
-    target's first ``itt.resume()``.
+    target's first ``itt.resume()``. ``trace_limit``: the bytes each process's
+    file may take; past them the collector counts instead of recording (the
+    trace format's "The trace limit").
     """
     return {
         "INTEL_LIBITTNOTIFY64": str(library_path()),
         "AUTOITT_TRACE_DIR": str(Path(trace_dir).resolve()),
         "AUTOITT_START_PAUSED": "1" if start_paused else "0",
+        "AUTOITT_TRACE_LIMIT": str(trace_limit or 0),
     }

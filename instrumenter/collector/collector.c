@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -123,9 +124,12 @@ static const unsigned char ITT_GLOBAL_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 
 
 enum {
     K_BEGIN = 1, K_END = 2, K_PAUSE = 3, K_RESUME = 4, K_DETACH = 5,
-    K_DOMAIN_NAME = 16, K_STRING_NAME = 17, K_THREAD_NAME = 18,
+    K_LIMIT = 6,
+    K_DOMAIN_NAME = 16, K_STRING_NAME = 17, K_THREAD_NAME = 18, K_STATS = 19,
 };
 #define F_SCOPED 1u      /* pause/resume came from __itt_*_scoped; aux = scope */
+#define F_CHILD_NS 2u    /* an end past the limit: b = ns its task spent in child tasks not in the file */
+#define F_UNFINISHED 4u  /* an end written at exit for a task still open: it ends at the thread's last record */
 #define F_START_PAUSED 1u /* file header flags */
 #define F_TSC 2u          /* timestamps are TSC ticks */
 
@@ -197,6 +201,8 @@ typedef struct tbuf {
     uint32_t start;                  /* start of records not yet written (flush_lock) */
     uint32_t seq;                    /* flush_lock */
     int depth;                       /* open tasks, counted in forked children only (owner) */
+    int written_depth;               /* tasks whose begin is in the file and end is not (flush_lock) */
+    struct agg_state *agg;           /* past the trace limit: the thread's counts (flush_lock) */
     _Alignas(64) unsigned char data[BUF_BYTES]; /* data[0..CHDR) is room for a chunk header */
 } tbuf;
 
@@ -402,6 +408,9 @@ static int ensure_file(void)
     return fd;
 }
 
+/* Bytes written to the file so far (for the trace limit, below). */
+static _Atomic uint64_t g_file_bytes;
+
 /* Records that could not be written (a full disk, a quota): said at exit, once. */
 static _Atomic uint64_t g_lost_records;
 static _Atomic int g_lost_errno;
@@ -412,14 +421,22 @@ static void write_chunk(int fd, tbuf *b, uint32_t s, uint32_t e)
     /* the bytes before s are either the reserved header room or records already written */
     chunk_header h = chunk_now(b->tid, e - s, b->seq++);
     memcpy(b->data + s - CHDR, &h, CHDR);
+    atomic_fetch_add(&g_file_bytes, CHDR + (e - s));
     if (write_all(fd, b->data + s - CHDR, CHDR + (e - s)) != 0) {
         atomic_store(&g_lost_errno, errno);
         atomic_fetch_add(&g_lost_records, (e - s) / REC); /* at most: name records are longer */
     }
 }
 
+static _Atomic uint64_t g_uncounted;        /* past the trace limit: tasks too deep, or met with no room */
+
 static void report_losses(void)
 {
+    static atomic_flag said_uncounted = ATOMIC_FLAG_INIT;
+    uint64_t uncounted = atomic_load(&g_uncounted);
+    if (uncounted && !atomic_flag_test_and_set(&said_uncounted))
+        fprintf(stderr, "autoitt collector: past its trace limit, process %u could not count %llu records (tasks "
+                "nested over 256 deep, or memory)\n", g_pid, (unsigned long long)uncounted);
     static atomic_flag said = ATOMIC_FLAG_INIT;
     uint64_t lost = atomic_load(&g_lost_records);
     if (lost == 0 || atomic_flag_test_and_set(&said)) return;
@@ -428,13 +445,276 @@ static void report_losses(void)
             strerror(atomic_load(&g_lost_errno)));
 }
 
+/* ------------------------------------------------------------------------- */
+/* The trace limit (AUTOITT_TRACE_LIMIT bytes per file).                      */
+/*
+ * Past the limit the timeline stops, the statistics do not: a buffer that
+ * would take the file over the limit is not written but counted, by its
+ * thread's own state (under its flush_lock, like the buffer), per task
+ * (domain, string handle): count, summed duration, time inside (an instance
+ * inside another of the same task counted once), self time, min, max, time
+ * in outermost instances, and a histogram of durations in the reader's
+ * buckets (instrumenter/builtin/aggregate.py).  Each flush of every buffer
+ * (pause, detach, exit, a fatal signal) writes the counts since the last one
+ * as K_STATS records.  What the file must still hold is written past the
+ * limit, a few records each: the K_LIMIT mark, pause/resume/detach, and the
+ * end of every task whose begin is in the file (with the time its children
+ * spent uncounted by the file, F_CHILD_NS), so the reader pairs what it has.
+ */
+
+#define HIST_RATIO 1.02
+#define HIST_BUCKETS 2242        /* int(log(2**64) / log(HIST_RATIO)) + 2, as the reader */
+#define AGG_DEPTH 256            /* open tasks per thread past the limit; deeper ones are not counted */
+
+static uint64_t g_limit;                    /* 0: none */
+static _Atomic int g_exiting;               /* the last flush: tasks still open end, unfinished */
+static _Atomic int g_capped;
+static double g_ns_per_tick = 1.0;          /* measured when the limit is reached */
+
+typedef struct agg_entry {
+    uint64_t domain, name;                  /* the key; used: count > 0 or hist != NULL */
+    uint64_t count, sum, inside, self, min, max, outer, unfinished;
+    uint32_t *hist;
+} agg_entry;
+
+typedef struct agg_open { uint64_t domain, name, start, child; } agg_open;
+
+typedef struct agg_state {
+    agg_entry *table;
+    size_t cap, len;
+    agg_open open[AGG_DEPTH];
+    int depth;                              /* open past the limit */
+    uint64_t file_child;                    /* ns the innermost file-level open task spent in counted tasks */
+    uint64_t last_ticks;
+    int fd;
+    unsigned char *out;                     /* records that must still be written: built here */
+    size_t out_len;
+} agg_state;
+
+#define AGG_OUT_BYTES (CHDR + REC * 256)
+
+static agg_entry *agg_find(agg_state *g, uint64_t domain, uint64_t name, int may_grow)
+{
+    if (2 * (g->len + 1) > g->cap) {
+        if (!may_grow) return NULL;
+        size_t cap = g->cap ? 2 * g->cap : 64;
+        agg_entry *table = calloc(cap, sizeof *table);
+        if (!table) return NULL;
+        for (size_t j = 0; j < g->cap; j++) {
+            agg_entry *old = &g->table[j];
+            if (!old->hist && !old->count) continue;
+            size_t i = (old->domain * 31 + old->name) * 0x9E3779B97F4A7C15ull >> 20 & (cap - 1);
+            while (table[i].hist || table[i].count) i = (i + 1) & (cap - 1);
+            table[i] = *old;
+        }
+        free(g->table);
+        g->table = table;
+        g->cap = cap;
+    }
+    size_t i = (domain * 31 + name) * 0x9E3779B97F4A7C15ull >> 20 & (g->cap - 1);
+    for (;; i = (i + 1) & (g->cap - 1)) {
+        agg_entry *e = &g->table[i];
+        if (!e->hist && !e->count) break;
+        if (e->domain == domain && e->name == name) return e;
+    }
+    if (!may_grow) return NULL;
+    uint32_t *hist = calloc(HIST_BUCKETS, sizeof *hist);
+    if (!hist) return NULL;
+    agg_entry *e = &g->table[i];
+    memset(e, 0, sizeof *e);
+    e->domain = domain;
+    e->name = name;
+    e->min = UINT64_MAX;
+    e->hist = hist;
+    g->len++;
+    return e;
+}
+
+static void agg_count(agg_state *g, const agg_open *task, uint64_t end_ticks, int outermost_of_thread,
+                      int finished, int in_signal)
+{
+    uint64_t ticks = end_ticks > task->start ? end_ticks - task->start : 0;
+    uint64_t ns = (uint64_t)((double)ticks * g_ns_per_tick + 0.5);
+    agg_entry *e = agg_find(g, task->domain, task->name, !in_signal);
+    if (!e) { atomic_fetch_add(&g_uncounted, 1); return; }
+    int inside = 1;
+    for (int i = 0; i < g->depth; i++)
+        if (g->open[i].domain == task->domain && g->open[i].name == task->name) inside = 0;
+    e->count++;
+    e->sum += ns;
+    e->inside += inside ? ns : 0;
+    e->self += ns > task->child ? ns - task->child : 0;
+    if (ns < e->min) e->min = ns;
+    if (ns > e->max) e->max = ns;
+    e->outer += outermost_of_thread ? ns : 0;
+    e->unfinished += !finished;
+    int bucket = ns ? (int)(log((double)ns) / log(HIST_RATIO)) + 1 : 0;
+    if (bucket >= HIST_BUCKETS) bucket = HIST_BUCKETS - 1;
+    e->hist[bucket]++;
+    if (g->depth > 0) g->open[g->depth - 1].child += ns;
+    else g->file_child += ns;
+}
+
+static void write_out(tbuf *b);
+
+static void agg_put(tbuf *t, const record *r, uint8_t flags, uint64_t b)
+{
+    agg_state *g = t->agg;
+    if (g->out_len + REC > AGG_OUT_BYTES) write_out(t);
+    record copy = *r;
+    copy.flags |= flags;
+    copy.b = b;
+    memcpy(g->out + g->out_len, &copy, REC);
+    g->out_len += REC;
+}
+
+/* Counts records [s, e) of b instead of writing them; what must still be written goes to g->out. */
+static void agg_records(tbuf *b, uint32_t s, uint32_t e, int in_signal)
+{
+    agg_state *g = b->agg;
+    for (uint32_t pos = s; pos + REC <= e; pos += REC) {
+        const record *r = (const record *)(b->data + pos);
+        g->last_ticks = r->ts;
+        if (r->kind == K_BEGIN) {
+            if (g->depth < AGG_DEPTH) g->open[g->depth] = (agg_open){r->a, r->b, r->ts, 0};
+            else atomic_fetch_add(&g_uncounted, 1);
+            g->depth++;
+        } else if (r->kind == K_END) {
+            if (g->depth > 0) {
+                g->depth--;
+                if (g->depth < AGG_DEPTH)
+                    agg_count(g, &g->open[g->depth], r->ts, g->depth == 0 && b->written_depth == 0, 1, in_signal);
+            } else if (b->written_depth > 0) { /* ends a task whose begin is in the file */
+                agg_put(b, r, F_CHILD_NS, g->file_child);
+                g->file_child = 0;
+                b->written_depth--;
+            } /* else: an end whose begin was dropped (a pause): dropped too */
+        } else {
+            agg_put(b, r, 0, r->b);  /* pause, resume, detach */
+        }
+    }
+}
+
+static void write_out(tbuf *b)
+{
+    agg_state *g = b->agg;
+    if (g->out_len == CHDR) return;
+    chunk_header h = chunk_now(b->tid, (uint32_t)(g->out_len - CHDR), b->seq++);
+    memcpy(g->out, &h, CHDR);
+    write_all(g->fd, g->out, g->out_len);
+    g->out_len = CHDR;
+}
+
+/* Tracks which tasks of a chunk about to be written stay open, for the ends past the limit. */
+static void track_written_depth(tbuf *b, uint32_t s, uint32_t e)
+{
+    for (uint32_t pos = s; pos + REC <= e; pos += REC) {
+        uint8_t kind = b->data[pos];
+        if (kind == K_BEGIN) b->written_depth++;
+        else if (kind == K_END && b->written_depth > 0) b->written_depth--;
+    }
+}
+
+static void reach_limit(int fd, uint32_t tid)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&g_capped, &expected, 1)) return;
+    uint64_t ticks = now_ticks(), mono = now_ns(CLOCK_MONOTONIC);
+    if (g_tsc && ticks > g_start_ticks) g_ns_per_tick = (double)(mono - g_start_mono) / (double)(ticks - g_start_ticks);
+    unsigned char buf[CHDR + REC];
+    record r = {0};
+    r.kind = K_LIMIT;
+    r.ts = ticks;
+    r.a = g_limit;
+    chunk_header h = chunk_now(tid, REC, 0);
+    memcpy(buf, &h, CHDR);
+    memcpy(buf + CHDR, &r, REC);
+    write_all(fd, buf, sizeof buf);
+}
+
+/* Writes records [s, e) of b, or past the limit counts them; flush_lock held. */
+static void drain(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal)
+{
+    if (!atomic_load(&g_capped)) {
+        if (!g_limit || atomic_load(&g_file_bytes) + CHDR + (e - s) <= g_limit) {
+            if (g_limit) track_written_depth(b, s, e);
+            write_chunk(fd, b, s, e);
+            return;
+        }
+        reach_limit(fd, b->tid);
+    }
+    if (!b->agg) {
+        if (in_signal || !(b->agg = calloc(1, sizeof *b->agg))) { atomic_fetch_add(&g_uncounted, (e - s) / REC); return; }
+        if (!(b->agg->out = malloc(AGG_OUT_BYTES))) { free(b->agg); b->agg = NULL; return; }
+        b->agg->out_len = CHDR;
+    }
+    b->agg->fd = fd;
+    agg_records(b, s, e, in_signal);
+    write_out(b);
+}
+
+/* The thread's counts since the last call, as K_STATS records (flush_lock held). at_end: the tasks still
+   open end at the thread's last record, unfinished. */
+static void write_stats(int fd, tbuf *b, int at_end)
+{
+    agg_state *g = b->agg;
+    g->fd = fd;
+    if (at_end) {
+        while (g->depth > 0) {
+            g->depth--;
+            if (g->depth < AGG_DEPTH)
+                agg_count(g, &g->open[g->depth], g->last_ticks, g->depth == 0 && b->written_depth == 0, 0, 1);
+        }
+        record r = {0};
+        r.kind = K_END;
+        r.ts = g->last_ticks;
+        for (; b->written_depth > 0; b->written_depth--) { /* open tasks whose begin is in the file */
+            agg_put(b, &r, F_CHILD_NS | F_UNFINISHED, g->file_child);
+            g->file_child = 0;
+        }
+        write_out(b);
+    }
+    /* payload: count, sum, inside, self, min, max, outer, unfinished (u64), then (bucket, count) u32 pairs */
+    unsigned char buf[CHDR + REC + 64 + 8 * 256];
+    for (size_t i = 0; i < g->cap; i++) {
+        agg_entry *e = &g->table[i];
+        if (!e->hist || !e->count) continue;
+        uint64_t head[8] = {e->count, e->sum, e->inside, e->self, e->min, e->max, e->outer, e->unfinished};
+        int bucket = 0;
+        do { /* a task's buckets over as many records as it takes, the totals in the first */
+            size_t used = CHDR + REC;
+            if (bucket == 0) { memcpy(buf + used, head, sizeof head); used += sizeof head; }
+            else { memset(buf + used, 0, sizeof head); used += sizeof head; }
+            for (; bucket < HIST_BUCKETS && used + 8 <= sizeof buf; bucket++) {
+                if (!e->hist[bucket]) continue;
+                uint32_t pair[2] = {(uint32_t)bucket, e->hist[bucket]};
+                memcpy(buf + used, pair, 8);
+                used += 8;
+                e->hist[bucket] = 0;
+            }
+            record r = {0};
+            r.kind = K_STATS;
+            r.name_len = (uint16_t)(used - CHDR - REC);
+            r.ts = g->last_ticks;
+            r.a = e->domain;
+            r.b = e->name;
+            memcpy(buf + CHDR, &r, REC);
+            chunk_header h = chunk_now(b->tid, (uint32_t)(used - CHDR), b->seq++);
+            memcpy(buf, &h, CHDR);
+            write_all(fd, buf, used);
+        } while (bucket < HIST_BUCKETS);
+        e->count = e->sum = e->inside = e->self = e->max = e->outer = e->unfinished = 0;
+        e->min = UINT64_MAX;
+    }
+}
+
 /* The owner empties its own buffer. */
 static void flush_own(tbuf *b)
 {
     int fd = ensure_file(); /* before flush_lock: lock order is g_mutex, then flush_lock */
     pthread_mutex_lock(&b->flush_lock);
     uint32_t e = atomic_load_explicit(&b->pos, memory_order_relaxed);
-    if (fd >= 0 && e > b->start) write_chunk(fd, b, b->start, e);
+    if (fd >= 0 && e > b->start) drain(fd, b, b->start, e, 0);
     b->start = CHDR;
     atomic_store_explicit(&b->pos, CHDR, memory_order_release);
     pthread_mutex_unlock(&b->flush_lock);
@@ -447,9 +727,11 @@ static void flush_published_locked(tbuf *b)
     uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
     if (e > b->start) {
         int fd = open_file_locked();
-        if (fd >= 0) write_chunk(fd, b, b->start, e);
+        if (fd >= 0) drain(fd, b, b->start, e, 0);
         b->start = e;
     }
+    int fd = atomic_load(&g_fd);
+    if (fd >= 0 && b->agg) write_stats(fd, b, atomic_load(&g_exiting));
     pthread_mutex_unlock(&b->flush_lock);
 }
 
@@ -693,7 +975,7 @@ static const struct { const char *name; void *func; } IMPLEMENTED[] = {
     {"__itt_thread_set_name", (void *)col_thread_set_name},
 };
 
-static void flush_at_python_exit(void) { flush_all(); report_losses(); }
+static void flush_at_python_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); }
 
 /* In a Python process, flush at the end of Py_FinalizeEx too: a run stopped by an unhandled
    KeyboardInterrupt finalizes Python, then kills itself with SIGINT, so neither atexit()
@@ -781,6 +1063,8 @@ static void fork_child(void)
     g_start_mono = now_ns(CLOCK_MONOTONIC);
     g_start_real = now_ns(CLOCK_REALTIME);
     g_header_flags = ((atomic_load(&g_state) & ST_PAUSED) ? F_START_PAUSED : 0) | (g_tsc ? F_TSC : 0);
+    atomic_store(&g_file_bytes, 0);
+    atomic_store(&g_capped, 0);
     int fd = atomic_load(&g_fd);
     if (fd >= 0) close(fd); /* our copy of the parent's descriptor */
     atomic_store(&g_fd, fd == -2 ? -2 : -1); /* opened again (as itt-<childpid>.bin) when needed */
@@ -788,6 +1072,8 @@ static void fork_child(void)
         pthread_mutex_init(&b->flush_lock, NULL); /* its holder, if any, did not survive the fork */
         b->owned = 0;
         b->depth = 0;
+        b->written_depth = 0;
+        b->agg = NULL; /* the parent's counts stay the parent's (the copy is left, not freed, here) */
         b->start = CHDR;
         atomic_store(&b->pos, CHDR);
     }
@@ -796,7 +1082,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&g_mutex);
 }
 
-static void at_exit(void) { flush_all(); report_losses(); }
+static void at_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); }
 
 /* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
    threads buffered is written out first, best effort and with async-signal-safe calls only
@@ -812,8 +1098,9 @@ static void flush_on_fatal_signal(int sig)
     for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {
         if (pthread_mutex_trylock(&b->flush_lock) != 0) continue;
         uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
-        if (e > b->start) write_chunk(fd, b, b->start, e);
+        if (e > b->start) drain(fd, b, b->start, e, 1);
         b->start = e;
+        if (b->agg) write_stats(fd, b, 1);
         pthread_mutex_unlock(&b->flush_lock);
     }
     if (locked) pthread_mutex_unlock(&g_mutex);
@@ -901,6 +1188,12 @@ __attribute__((constructor)) static void collector_load(void)
         g_header_flags |= F_START_PAUSED;
     }
     g_rank_plus_one = launcher_rank_plus_one();
+    const char *limit = getenv("AUTOITT_TRACE_LIMIT");
+    if (limit && limit[0] >= '0' && limit[0] <= '9') {
+        char *end;
+        unsigned long long bytes = strtoull(limit, &end, 10);
+        if (*end == 0 && bytes != ULLONG_MAX) g_limit = bytes;
+    }
     const char *dir = getenv("AUTOITT_TRACE_DIR");
     if (!dir || !dir[0]) dir = ".";
     if (dir[0] == '/') {
@@ -916,4 +1209,9 @@ __attribute__((constructor)) static void collector_load(void)
     catch_fatal_signals();
 }
 
-__attribute__((destructor)) static void collector_unload(void) { flush_all(); report_losses(); }
+__attribute__((destructor)) static void collector_unload(void)
+{
+    atomic_store(&g_exiting, 1);
+    flush_all();
+    report_losses();
+}

@@ -1,0 +1,135 @@
+/*
+ * The reader's inner loop (instrumenter/builtin/aggregate.py): one thread's
+ * begin and end records of one block, paired with a stack carried from block
+ * to block, and counted per task.  A plain loop in C because it runs once per
+ * event of runs of hundreds of millions of events; aggregate.py calls it
+ * through ctypes with numpy arrays and documents the contract.
+ *
+ * Built by setup.py into instrumenter/_pairing*.so (no Python API: a plain
+ * shared library).
+ */
+#include <math.h>
+#include <stdint.h>
+
+_Static_assert(sizeof(int64_t) == 8 && sizeof(void *) == 8, "64-bit");
+
+#define EXPORT __attribute__((visibility("default")))
+#define K_BEGIN 1
+#define F_CHILD_NS 2
+#define F_UNFINISHED 4
+
+typedef struct {                  /* a trace record (instrumenter/builtin/tracefile.py) */
+    uint8_t kind, flags;
+    uint16_t name_len;
+    uint32_t aux;
+    int64_t ts;
+    uint64_t a, b;
+} record;
+
+typedef struct {
+    int64_t *ids, *starts, *child; /* the open tasks, bottom to top */
+    int64_t depth, capacity;       /* past capacity, deeper tasks are counted in `deep` only */
+    int64_t deep;
+} open_stack;
+
+typedef struct {                  /* per task id; NULL count: pair only */
+    int64_t *count, *sum, *inside, *self, *min, *max, *histogram;
+    int64_t buckets;
+    double log_ratio;
+} task_stats;
+
+typedef struct {                  /* one row per closed instance, in the order they close */
+    int64_t *ids, *starts, *ends, *self, *depth;
+    uint8_t *outermost, *finished;
+} closed_rows;
+
+static void count(task_stats *s, int64_t id, int64_t duration, int64_t self, int outermost)
+{
+    if (!s->count) return;
+    s->count[id]++;
+    s->sum[id] += duration;
+    s->self[id] += self;
+    if (outermost) s->inside[id] += duration;
+    if (duration < s->min[id]) s->min[id] = duration;
+    if (duration > s->max[id]) s->max[id] = duration;
+    int64_t bucket = duration > 0 ? (int64_t)(log((double)duration) / s->log_ratio) + 1 : 0;
+    if (bucket >= s->buckets) bucket = s->buckets - 1;
+    s->histogram[id * s->buckets + bucket]++;
+}
+
+/* Pairs n records (ids: the task id of each begin) after the tasks open in
+ * `stack`; open_count[id] counts the open instances of each task (for "outermost": an instance inside
+ * another of its own task is not).  Returns the number of rows written to `out`; adds to *thread_time
+ * the duration of instances at depth 0, and to *unfinished the ends flagged F_UNFINISHED. */
+EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids, open_stack *stack,
+                            int32_t *open_count, task_stats *stats, closed_rows *out, int64_t *thread_time,
+                            int64_t *unfinished)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const record *r = &records[i];
+        if (r->kind == K_BEGIN) {
+            if (stack->depth < stack->capacity) {
+                int64_t d = stack->depth;
+                stack->ids[d] = ids[i];
+                stack->starts[d] = r->ts;
+                stack->child[d] = 0;
+                open_count[ids[i]]++;
+                stack->depth++;
+            } else {
+                stack->deep++;
+            }
+            continue;
+        }
+        if (stack->deep > 0) { stack->deep--; continue; }
+        if (stack->depth == 0) continue; /* an end whose begin was dropped (collection was paused) */
+        int64_t d = --stack->depth;
+        int64_t id = stack->ids[d];
+        int64_t duration = r->ts - stack->starts[d];
+        if (duration < 0) duration = 0;
+        int64_t child = stack->child[d] + ((r->flags & F_CHILD_NS) ? (int64_t)r->b : 0);
+        int64_t self = duration > child ? duration - child : 0;
+        int outermost = --open_count[id] == 0;
+        int finished = !(r->flags & F_UNFINISHED);
+        if (d > 0) stack->child[d - 1] += duration;
+        else *thread_time += duration;
+        *unfinished += !finished;
+        count(stats, id, duration, self, outermost);
+        out->ids[rows] = id;
+        out->starts[rows] = stack->starts[d];
+        out->ends[rows] = r->ts;
+        out->self[rows] = self;
+        out->depth[rows] = d;
+        out->outermost[rows] = (uint8_t)outermost;
+        out->finished[rows] = (uint8_t)finished;
+        rows++;
+    }
+    return rows;
+}
+
+/* Ends every open task at `end` (the thread's last event), top first, as unfinished rows. */
+EXPORT int64_t autoitt_close(int64_t end, open_stack *stack, int32_t *open_count, task_stats *stats,
+                             closed_rows *out, int64_t *thread_time)
+{
+    int64_t rows = 0;
+    stack->deep = 0;
+    while (stack->depth > 0) {
+        int64_t d = --stack->depth;
+        int64_t id = stack->ids[d];
+        int64_t duration = end > stack->starts[d] ? end - stack->starts[d] : 0;
+        int64_t self = duration > stack->child[d] ? duration - stack->child[d] : 0;
+        int outermost = --open_count[id] == 0;
+        if (d > 0) stack->child[d - 1] += duration;
+        else *thread_time += duration;
+        count(stats, id, duration, self, outermost);
+        out->ids[rows] = id;
+        out->starts[rows] = stack->starts[d];
+        out->ends[rows] = end;
+        out->self[rows] = self;
+        out->depth[rows] = d;
+        out->outermost[rows] = (uint8_t)outermost;
+        out->finished[rows] = 0;
+        rows++;
+    }
+    return rows;
+}
