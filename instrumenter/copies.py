@@ -5,7 +5,8 @@
 prints the diff, reports what would change, or writes: the entry script's copy
 (``<stem>_itt.py``, ``-o FILE``, or the script itself with ``--in-place``), or
 every instrumented file under ``-o DIR/``. ``strip`` writes a copy's original.
-Both write through :func:`instrumenter.files.write_outputs` only.
+Both write through :func:`instrumenter.files.write_outputs` only. A notebook's
+copy is a notebook (``nb_itt.ipynb``), its diff one per changed cell.
 """
 
 from __future__ import annotations
@@ -75,43 +76,61 @@ def instrument(tally: Tally, script: Path, mode: Mode, write_back: WriteBack, *,
     if result.outcome is Outcome.NOTHING_TO_DO:
         tally.unchanged_file(f"{script}: no training loops in the script itself; nothing written")
         return
-    files.write_outputs([Output(target, result.output, script, in_place=in_place)], files.COPY, force=force)
+    files.write_outputs([Output(target, project.entry.copy_bytes(), script, in_place=in_place)], files.COPY,
+                        force=force)
     if in_place:
         tally.changed_file(f"rewrote {script} in place (original kept as {files.backup_path(script)}): "
                            f"{_regions(project.entry)}")
         return
     tally.changed_file(f"wrote {target} from {script}: {_regions(project.entry)}")
+    if project.entry.notebook is not None:
+        tally.note(f"next: run {target} in Jupyter under VTune, or `autoitt profile {script}`")
+        return
     tally.note(f"next: vtune -collect hotspots -start-paused -- {Path(sys.executable).name} {target}")
 
 
 def _write_folder(tally: Tally, project: Project, folder: Path, target_of, force: bool) -> None:
     """Every instrumented file of the project under ``folder``, at its path relative to the entry's folder."""
-    outputs = [Output(target_of(item), item.result.output, item.path) for item in project.instrumented]
+    outputs = [Output(target_of(item), item.copy_bytes(), item.path) for item in project.instrumented]
     files.write_outputs(outputs, files.COPIES, force=force)
     for item, written in zip(project.instrumented, outputs):
         tally.changed_file(f"wrote {written.target} from {item.path}: {_regions(item)}")
     entry = project.entry.path
+    if project.entry.notebook is not None:
+        tally.note(f"next: run {target_of(project.entry)} in Jupyter with {entry.parent or '.'} importable, "
+                   f"or `autoitt profile {entry}`")
+        return
     tally.note(f"run it with the other modules of {entry.parent or '.'} importable, e.g. "
                f"PYTHONPATH={entry.parent or '.'} python {target_of(project.entry)}; or use `autoitt profile`")
 
 
 def _regions(item: ProjectFile) -> str:
-    return ", ".join(f"{r.role} at line {r.line}" for r in item.result.regions)
+    return ", ".join(f"{r.role} at {item.place(r.line)}" for r in item.result.regions)
 
 
 def _print_diff(item: ProjectFile, target: Path, style: str, color: Optional[bool]) -> None:
     from .diff import STYLES, colorize
 
     result = item.result
-    original, instrumented = result.source.text, result.output.decode(result.source.encoding)
-    text = STYLES[style](original, instrumented, str(item.path), str(target))
+    if item.notebook_copy is not None:
+        from .notebook_copy import cell_diffs
+
+        text = cell_diffs(item.notebook_copy.changes, str(item.path), str(target), STYLES[style])
+    else:
+        original, instrumented = result.source.text, result.output.decode(result.source.encoding)
+        text = STYLES[style](original, instrumented, str(item.path), str(target))
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(colorize(text) if use_color else text, nl=False, color=use_color)
 
 
 def strip(tally: Tally, copy: Path, write_back: WriteBack, output: Optional[Path], force: bool) -> None:
-    """Write (or print) the original of an instrumented ``copy``."""
-    original = strip_markers(files.read_script(copy), str(copy))
+    """Write (or print) the original of an instrumented ``copy`` (a script or a notebook)."""
+    if copy.suffix == ".ipynb":
+        from .notebook_copy import strip_notebook
+
+        original = strip_notebook(files.read_script(copy), str(copy))
+    else:
+        original = strip_markers(files.read_script(copy), str(copy))
     if write_back is WriteBack.STDOUT:
         sys.stdout.flush()
         sys.stdout.buffer.write(original)

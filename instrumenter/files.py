@@ -85,9 +85,6 @@ def read_script(path: Path) -> bytes:
         raise SourceError(name, "no such file")
     if path.is_dir():
         raise SourceError(name, "is a directory; give the path of a Python script")
-    if path.suffix == ".ipynb":
-        raise SourceError(name, "is a Jupyter notebook; autoitt reads Python scripts (export one with "
-                                f"`jupyter nbconvert --to script {path.name}`)")
     try:
         return path.read_bytes()
     except PermissionError:

@@ -26,9 +26,12 @@ Format (version 1), a JSON object::
                                            # with --skip-steps/--steps)
         "sha256": "...",                   # of the original's bytes, to tell a script edited since
         "regions": [{"line": 101, ...}],   # as ``autoitt loops --json`` prints them
-        "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]}}]}
+        "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]},
+        "program": null,                   # a notebook: its code cells as one Python file, whose lines
+                                           # line_map maps to (and tracebacks show)
+        "cells": null}]}                   # a notebook: [[first program line, cell index, cell id], ...]
 
-``line_map`` maps lines of ``runs`` to lines of ``path``; see
+``line_map`` maps lines of ``runs`` to lines of ``path`` (of ``program``, for a notebook); see
 :class:`transforms.LineMap` (every line not listed in ``inserted`` is the next
 line of the original).
 
@@ -69,6 +72,8 @@ class FileRecord:
     sha256: str
     regions: Tuple[dict, ...]
     line_map: LineMap
+    program: Optional[str] = None
+    cells: Optional[Tuple[Tuple[int, int, Optional[str]], ...]] = None
 
     @property
     def instrumented(self) -> bool:
@@ -79,7 +84,8 @@ class FileRecord:
                 "outcome": self.outcome, "domain": self.domain, "own_domains": list(self.own_domains),
                 "step_labels": list(self.step_labels),
                 "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
-                "line_map": self.line_map.to_json()}
+                "line_map": self.line_map.to_json(), "program": self.program,
+                "cells": [list(cell) for cell in self.cells] if self.cells is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
@@ -87,7 +93,15 @@ class FileRecord:
                    outcome=data["outcome"], domain=data["domain"], own_domains=tuple(data["own_domains"]),
                    step_labels=tuple(data["step_labels"]),
                    runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
-                   line_map=LineMap.from_json(data["line_map"]))
+                   line_map=LineMap.from_json(data["line_map"]), program=data.get("program"),
+                   cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None)
+
+    def place(self, line: int) -> Tuple[Optional[int], int]:
+        """(cell index, line in it) of a line of ``path``: (``None``, ``line``) outside a notebook."""
+        if not self.cells:
+            return None, line
+        start, index, _ = max((cell for cell in self.cells if cell[0] <= line), default=self.cells[0])
+        return index, line - start + 1
 
 
 def digest(data: bytes) -> str:
@@ -144,12 +158,13 @@ class Instrumentation:
         return None
 
     def file_at(self, path: str) -> Optional[FileRecord]:
-        """The record of the original file at ``path``, if it is one of the project's."""
+        """The record of the original file at ``path`` (or a notebook's program), if it is one of the project's."""
         try:
             resolved = str(Path(path).resolve())
         except OSError:
             return None
-        return next((record for record in self.files if record.path == resolved), None)
+        # A notebook's code runs under the name of its program (see the launcher).
+        return next((record for record in self.files if resolved in (record.path, record.program)), None)
 
     def shown_path(self, record: FileRecord) -> str:
         """A file of the project as the user would name it: the script as typed, modules beside it."""

@@ -9,6 +9,7 @@ the backend reads its results into a :class:`~instrumenter.summary.Summary`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -121,23 +122,35 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
 
     Beside the script's copy: ``modules/`` with the copies of local modules
     (the user's folder is never written to), ``instrument.diff`` (every file),
-    ``loops.json`` and ``instrumentation.json``.
+    ``loops.json`` and ``instrumentation.json``. For a notebook the copy that
+    runs is its program (:meth:`~instrumenter.notebook.Notebook.runnable`),
+    beside the program itself (``<stem>_cells.py``, what tracebacks show) and
+    the instrumented notebook.
     """
     from .diff import marker_diff
 
     script = project.entry.path
     notes = project.messages()
     entry = project.entry.result
+    notebook = project.entry.notebook
     copy = copy_path(script, folder)
     targets = {id(item): copy if item is project.entry else folder / "modules" / item.relative
                for item in project.instrumented}
-    outputs = [Output(targets[id(item)], item.result.output, item.path) for item in project.instrumented]
+    # Already instrumented (its own resume/pause decide), or nothing to mark: the script runs as it is.
+    entry_runs = entry.output if entry.outcome is Outcome.INSTRUMENTED else entry.source.data
+    entry_map = entry.line_map
+    if notebook is not None:
+        entry_runs, entry_map = notebook.runnable(entry_runs, entry.line_map)
+    outputs = [Output(targets[id(item)], entry_runs if item is project.entry else item.result.output, item.path)
+               for item in project.instrumented]
     if entry.outcome is not Outcome.INSTRUMENTED:
-        # Already instrumented (its own resume/pause decide), or nothing to mark: it runs as it is.
-        outputs.append(Output(copy, entry.source.data, script))
+        outputs.append(Output(copy, entry_runs, script))
+    if notebook is not None:
+        outputs.append(Output(program_path(script, folder), notebook.program, script))
+        if project.entry.notebook_copy is not None:
+            outputs.append(Output(folder / f"{script.stem}_itt.ipynb", project.entry.notebook_copy.data, script))
     files.write_outputs(outputs, files.COPIES)
-    diffs = [marker_diff(item.result.source.text, item.result.output.decode(item.result.source.encoding),
-                         str(item.path), str(targets[id(item)])) for item in project.instrumented]
+    diffs = [_diff(item, targets[id(item)], marker_diff) for item in project.instrumented]
     if diffs:
         # File names keep their own bytes, even undecodable ones.
         files.atomic_write(folder / "instrument.diff", "".join(diffs).encode("utf-8", "surrogateescape"))
@@ -157,10 +170,27 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
                         or (entry.outcome is Outcome.ALREADY_INSTRUMENTED and entry.detection.resumes_collection))
     records = [_record(item, targets.get(id(item)) or (copy if item is project.entry else None))
                for item in project.files]
+    if notebook is not None:
+        records[0] = dataclasses.replace(records[0], line_map=entry_map, cells=notebook.cell_starts(),
+                                         program=str(program_path(script, folder).resolve()))
     instrumentation = Instrumentation(str(script), start_paused, tuple(records))
     files.atomic_write(folder / "loops.json", (json.dumps(instrumentation.regions, indent=2) + "\n").encode())
     instrumentation.save(folder)
     return instrumentation, notes
+
+
+def program_path(script: Path, folder: Path) -> Path:
+    """A notebook's program (its code cells, translated) in the result folder: ``<stem>_cells.py``."""
+    return folder / f"{script.stem}_cells.py"
+
+
+def _diff(item: ProjectFile, target: Path, marker_diff) -> str:
+    if item.notebook_copy is not None:
+        from .notebook_copy import cell_diffs
+
+        return cell_diffs(item.notebook_copy.changes, str(item.path), str(target.with_suffix(".ipynb")), marker_diff)
+    result = item.result
+    return marker_diff(result.source.text, result.output.decode(result.source.encoding), str(item.path), str(target))
 
 
 def _record(item: ProjectFile, runs) -> FileRecord:
@@ -170,5 +200,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       domain=result.domain, own_domains=result.detection.own_domains,
                       step_labels=result.step_labels,
                       runtime=result.plan.runtime if result.outcome is Outcome.INSTRUMENTED else (),
-                      sha256=digest(result.source.data), regions=tuple(r.to_json() for r in result.regions),
+                      sha256=digest(item.notebook.data if item.notebook is not None else result.source.data),
+                      regions=tuple(item.notebook.region_json(r) if item.notebook is not None else r.to_json()
+                                    for r in result.regions),
                       line_map=result.line_map)

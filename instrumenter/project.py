@@ -8,6 +8,11 @@ alike); installed packages are never touched. Each file is instrumented on
 its own; only the entry script's regions control collection when it has any
 (see ``controls_collection`` in :func:`transforms.instrument`). Each file is
 read and parsed once, here, and handed to the instrumenter as parsed.
+
+A Jupyter notebook as the entry is read as the program its code cells make
+(:mod:`instrumenter.notebook`); that :class:`~instrumenter.notebook.Notebook`
+travels with its file, and its instrumented copy is a notebook again
+(:mod:`instrumenter.notebook_copy`), made and checked here with the rest.
 """
 
 from __future__ import annotations
@@ -15,11 +20,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
 from transforms import Mode, Outcome, Result, Source, SourceError, instrument, parse_source
 
 from . import files
+
+if TYPE_CHECKING:  # the notebook modules are imported only when a notebook is given
+    from .notebook import Notebook
+    from .notebook_copy import NotebookCopy
 
 #: A project larger than this is cut short with a note: it is not a training script's folder.
 MAX_FILES = 200
@@ -27,12 +36,29 @@ MAX_FILES = 200
 
 @dataclass(frozen=True)
 class ProjectFile:
-    """One instrumented file: ``relative`` to the entry's folder, as ``path`` on disk."""
+    """One instrumented file: ``relative`` to the entry's folder, as ``path`` on disk.
+
+    For a notebook: ``notebook``, the program ``result`` is about, and
+    ``notebook_copy``, the instrumented notebook (when ``result`` added markers).
+    """
 
     path: Path
     relative: str
     module: Optional[str]
     result: Result
+    notebook: Optional["Notebook"] = None
+    notebook_copy: Optional["NotebookCopy"] = None
+
+    def copy_bytes(self) -> Optional[bytes]:
+        """What ``autoitt instrument`` writes for this file: the instrumented notebook, or the copy."""
+        return self.notebook_copy.data if self.notebook_copy is not None else self.result.output
+
+    def note_line(self, where: object, note) -> str:
+        return self.notebook.note_line(where, note) if self.notebook is not None else note_line(where, note)
+
+    def place(self, line: int) -> str:
+        """``line 42``, or in a notebook ``cell 3, line 5``."""
+        return self.notebook.place(line) if self.notebook is not None else f"line {line}"
 
 
 def note_line(where: object, note) -> str:
@@ -48,7 +74,7 @@ class Project:
 
     def messages(self) -> List[str]:
         """Every file's notes (the entry named as given, modules by relative path), then the project's."""
-        lines = [note_line(item.path if item is self.entry else item.relative, note)
+        lines = [item.note_line(item.path if item is self.entry else item.relative, note)
                  for item in self.files for note in item.result.plan.notes]
         return [*lines, *self.notes]
 
@@ -113,14 +139,25 @@ class LocalFile:
     relative: str
     module: Optional[str]
     source: Source
+    notebook: Optional["Notebook"] = None
+
+
+def _read_entry(entry: Path) -> LocalFile:
+    data = files.read_script(entry)
+    if entry.suffix != ".ipynb":
+        return LocalFile(entry, entry.name, None, parse_source(data, str(entry)))
+    from .notebook import read_notebook
+
+    notebook = read_notebook(data, str(entry))
+    return LocalFile(entry, entry.name, None, notebook.source(), notebook)
 
 
 def discover(entry: Path) -> Tuple[List[LocalFile], List[str]]:
-    """The entry script and every local module it imports, transitively; (files, notes)."""
+    """The entry script (or notebook) and every local module it imports, transitively; (files, notes)."""
     root = entry.resolve().parent
-    first = LocalFile(entry, entry.name, None, parse_source(files.read_script(entry), str(entry)))
+    first = _read_entry(entry)
     found: List[LocalFile] = [first]
-    notes: List[str] = []
+    notes: List[str] = [f"{entry}, {note}" for note in (first.notebook.notes if first.notebook else ())]
     seen = {entry.resolve()}
     queue = [(entry.resolve(), first.source.tree)]
     while queue:
@@ -158,4 +195,10 @@ def load_project(entry: Path, mode: Mode) -> Project:
                                entry=False))
         for item in local[1:]
     ]
-    return Project(ProjectFile(entry, entry.name, None, entry_result), tuple(modules), tuple(notes))
+    notebook_copy = None
+    if first.notebook is not None and entry_result.outcome is Outcome.INSTRUMENTED:
+        from .notebook_copy import instrumented_notebook
+
+        notebook_copy = instrumented_notebook(first.notebook, entry_result)
+    entry_file = ProjectFile(entry, entry.name, None, entry_result, first.notebook, notebook_copy)
+    return Project(entry_file, tuple(modules), tuple(notes))

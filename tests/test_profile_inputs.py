@@ -27,15 +27,6 @@ def test_a_syntax_error_leaves_no_result_folder(work):
     assert snapshot(work) == before
 
 
-def test_a_notebook_is_refused_until_notebooks_are_supported(work):
-    (work / "nb.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    for command in (["profile", "--backend", "builtin"], ["instrument"], ["loops"]):
-        result = invoke(*command, "nb.ipynb")
-        assert result.exit_code == 2
-        assert "is a Jupyter notebook" in result.stderr and "nbconvert --to script" in result.stderr
-    assert sorted(p.name for p in work.iterdir()) == ["nb.ipynb"]
-
-
 def test_a_file_where_the_results_go_is_an_input_error(work):
     (work / "train.py").write_text(STEP_LOOP)
     (work / "autoitt-results").write_text("mine\n")

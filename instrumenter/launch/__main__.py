@@ -131,8 +131,14 @@ class _Instrumentation:
         record = self.files.get(os.path.realpath(original))
         if record is None or record["runs"] is None or not record["line_map"]["inserted"]:
             return None
-        with open(copy, "rb") as handle, open(original, "rb") as source:
+        # A notebook's lines are those of its code cells' program, written beside the copy.
+        with open(copy, "rb") as handle, open(record.get("program") or original, "rb") as source:
             return _Lines(record["line_map"], handle.read(), source.read())
+
+    def program_of(self, original: str) -> "str | None":
+        """A notebook's program (its code cells as Python): its code is compiled under that name, so tracebacks
+        show the program's lines, never the notebook's JSON."""
+        return self.files.get(os.path.realpath(original), {}).get("program")
 
     def copies(self) -> dict:
         """original -> copy, for the local modules that run from copies."""
@@ -252,7 +258,8 @@ def run(copy: str, original: str, args: list, instrumentation: "_Instrumentation
     main.__spec__ = None
     main.__loader__ = None
     lines = instrumentation.lines_of(original, copy) if instrumentation is not None else None
-    code = _compile(copy, main.__file__ if instrumentation is not None else copy, lines)
+    filename = (instrumentation.program_of(original) or main.__file__) if instrumentation is not None else copy
+    code = _compile(copy, filename, lines)
     sys.modules["__main__"] = main
     sys.argv[:] = [original, *args]
     # In place of this folder (run by path) or of the working directory (-m): the script's own.

@@ -105,8 +105,10 @@ def source_mapper(instrumentation: Instrumentation, warnings: List[str]) -> Call
         record = instrumentation.file_at(row.source_file)
         if record is None:
             return row
-        return dataclasses.replace(row, source_file=instrumentation.shown_path(record),
-                                   source_line=row.source_line or defined_at(record.path, row.function))
+        line = row.source_line or defined_at(record.program or record.path, row.function)
+        cell, line = record.place(line) if line else (None, line)  # a notebook's program line: its cell's
+        return dataclasses.replace(row, source_file=instrumentation.shown_path(record) + (f" cell {cell}" if cell else ""),
+                                   source_line=line)
 
     return to_original
 
