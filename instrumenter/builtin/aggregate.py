@@ -322,20 +322,22 @@ def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
             for part in process.kept[tid]:
                 part.group = lut[part.group].astype(np.int32)
                 kept.append(part)
+        process.kept = {}
     names = list(groups)
-    kept_all = Intervals.concat(kept)
     everything = keep.spans is None and not keep.overflowed
-    if keep.spans is None and keep.overflowed and len(kept_all):
+    if keep.spans is None and keep.overflowed:
         # past the limit only the own domains' are kept: drop the others kept before it (and those kept
-        # because their domain had no name yet, when it turns out not to be an own one)
+        # because their domain had no name yet, when it turns out not to be an own one), part by part
         own_domains = processes[0].own_domains
         own_groups = np.array([domain in own_domains for domain, _name in names], np.bool_)
-        kept_all = kept_all.take(own_groups[kept_all.group])
+        kept = [part.take(own_groups[part.group]) for part in kept]
+    kept_all = Intervals.concat(kept, consume=True)
     merged["min_ns"][merged["count"] == 0] = 0
     return Aggregates(
         groups=names, histogram=histogram, kept=kept_all, kept_everything=everything,
         thread_time_ns=sum(p.thread_time_ns for p in processes), unfinished=sum(p.unfinished for p in processes),
         processes=len(processes),
-        events=sum(p.trace.event_count + p.counted_events for p in processes), threads=sum(len(p.trace.threads) for p in processes),
+        events=sum(p.trace.event_count + p.counted_events for p in processes),
+        threads=sum(len(p.trace.threads) for p in processes),
         collected_ns=0, warnings=warnings, limited=limited, **merged)
 

@@ -13,8 +13,8 @@ import numpy as np
 class Intervals:
     """Task instances as parallel arrays (times in ns, ``group`` an index into :attr:`Aggregates.groups`).
 
-    :attr:`Aggregates.kept` is ordered by process and thread, each thread's finished instances in the
-    order they began, then its unfinished ones. 31 bytes an instance (:data:`TYPES`): a run of millions of
+    :attr:`Aggregates.kept` is ordered by process and thread; in a thread, instances that do not overlap
+    (a task's steps) are in the order they began, and unfinished ones come last. 31 bytes an instance (:data:`TYPES`): a run of millions of
     steps keeps them all.
     """
 
@@ -40,13 +40,21 @@ class Intervals:
         return cls(*(np.zeros(0, t) for t in cls.TYPES))
 
     @classmethod
-    def concat(cls, parts: Sequence["Intervals"]) -> "Intervals":
+    def concat(cls, parts: Sequence["Intervals"], consume: bool = False) -> "Intervals":
+        """The parts one after the other. ``consume``: the parts are emptied field by field as they are
+        copied, so the copy needs one field's worth more memory, not the whole."""
         parts = [p for p in parts if len(p)]
         if not parts:
             return cls.empty()
         if len(parts) == 1:
             return parts[0]
-        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in cls.FIELDS))
+        columns = []
+        for name in cls.FIELDS:
+            columns.append(np.concatenate([getattr(p, name) for p in parts]))
+            if consume:
+                for part in parts:
+                    setattr(part, name, None)
+        return cls(*columns)
 
     def take(self, selector) -> "Intervals":
         """The instances a boolean mask or index array selects."""

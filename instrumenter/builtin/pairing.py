@@ -89,6 +89,7 @@ class Thread:
         self.child = np.zeros(DEPTH, np.int64)
         self.stack = _Stack(_p(self.ids), _p(self.starts), _p(self.child), 0, DEPTH, 0)
         self.open_count = np.zeros(max(ids, 64), np.int32)
+        self.rows = _rows(0)  # room for the rows of a block, reused block after block
 
     def fit(self, ids: int) -> None:
         if ids > len(self.open_count):
@@ -98,6 +99,13 @@ class Thread:
 
 
 Rows = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _room(thread: Thread, n: int):
+    """``thread``'s rows buffers, for at least ``n`` rows (reused: a fresh 20 MB a block costs page faults)."""
+    if len(thread.rows[0][0]) < n:
+        thread.rows = _rows(max(n, 2 * len(thread.rows[0][0])))
+    return thread.rows
 
 
 def _rows(n: int):
@@ -113,11 +121,12 @@ def _done(arrays, rows: int) -> Rows:
 def pair(thread: Thread, records: np.ndarray, ids: np.ndarray, counts: Optional[Counts]) -> Tuple[Rows, int, int]:
     """Pairs one block of a thread's records (:data:`~.tracefile.RECORD`, begins and ends; ``ids``: each
     begin's task id) after its open tasks; counts each closed instance into ``counts`` (``None``: pairs
-    only). Returns (ids, starts, ends, self times, depths, outermost, finished) in closing order, the
+    only). Returns (ids, starts, ends, self times, depths, outermost, finished) in closing order (views of
+    the thread's buffers, valid until its next call), the
     thread time added (instances at depth 0) and the ends flagged unfinished."""
     records = np.ascontiguousarray(records)
     n = len(records)
-    arrays, out = _rows(n)
+    arrays, out = _room(thread, n)
     thread_time, unfinished = ctypes.c_int64(0), ctypes.c_int64(0)
     stats = counts._struct() if counts is not None else _Stats()
     rows = _lib().autoitt_pair(

@@ -96,6 +96,9 @@ def timeline(first: Aggregates, rescan: Callable[[], Iterable[Scan]], step_label
         # millions of the run's own steps: those too only in the window (loops, epochs, evals all kept)
         chosen = ~np.isin(kept.group, step_groups)
         for pid, pid_spans in spans.items():
+            if len(spans) == 1:
+                chosen |= overlapping(pid_spans, kept.start, kept.end) & (kept.pid == pid)
+                continue
             mine = kept.pid == pid
             chosen[mine] |= overlapping(pid_spans, kept.start[mine], kept.end[mine])
         kept = kept.take(chosen)
@@ -128,15 +131,22 @@ def _chosen_spans(kept: Intervals, step_groups: List[int],
                   steps: StepWindow) -> Tuple[Dict[int, Tuple[np.ndarray, np.ndarray]], int]:
     """Per pid, the merged spans of the chosen steps; and the most steps a process ran."""
     is_step = np.isin(kept.group, step_groups)
-    pids, starts, ends = kept.pid[is_step], kept.start[is_step], kept.end[is_step]
     spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
     counts: List[int] = []
-    for pid in np.unique(pids).tolist():
-        mine = np.flatnonzero(pids == pid)
-        order = mine[np.argsort(starts[mine], kind="stable")]
-        chosen = order[steps.chosen(len(order))]
-        spans[pid] = _merged(starts[chosen], ends[chosen])
-        counts.append(len(order))
+    # kept is by process and thread, each thread's in start order: a process is a slice of it, and its steps,
+    # when they all ran on one thread (the usual case), need no sort
+    pids, firsts = np.unique(kept.pid, return_index=True)
+    bounds = list(firsts[1:]) + [len(kept)]
+    for pid, first, last in zip(pids.tolist(), firsts.tolist(), bounds):
+        mine = np.flatnonzero(is_step[first:last]) + first
+        if not len(mine):
+            continue
+        tids = kept.tid[mine[[0, -1]]]
+        if tids[0] != tids[-1] or (kept.tid[mine] != tids[0]).any():
+            mine = mine[np.argsort(kept.start[mine], kind="stable")]
+        chosen = mine[steps.chosen(len(mine))]
+        spans[pid] = _merged(kept.start[chosen], kept.end[chosen])
+        counts.append(len(mine))
     return spans, max(counts, default=0)
 
 
