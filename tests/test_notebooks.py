@@ -264,7 +264,7 @@ def test_a_broken_notebook_exits_2_with_its_reason_and_writes_nothing(work, cont
     before = snapshot(work)
     result = invoke(*command, "bad.ipynb")
     assert result.exit_code == 2
-    assert f"bad.ipynb" in result.stderr and reason in result.stderr
+    assert "bad.ipynb" in result.stderr and reason in result.stderr
     assert snapshot(work) == before
 
 

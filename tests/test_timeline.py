@@ -33,8 +33,8 @@ def _run(steps, operators_per_step=2, pid=1):
 
 def _timeline(traces, spec):
     steps = StepWindow.parse(spec)
-    first = aggregate(event_scans(traces), [DOMAIN], keep_policy(steps), start_paused=False)
-    kept, note = timeline(first, lambda: event_scans(traces), ["step"], [DOMAIN], steps)
+    first = aggregate(event_scans(traces), [DOMAIN], keep_policy(steps), start_paused=False, step_labels=["step"])
+    kept, note = timeline(first, ["step"], [DOMAIN], steps)
     names = [first.groups[g] for g in kept.group.tolist()]
     return [(domain, name, pid, start) for (domain, name), pid, start in zip(names, kept.pid.tolist(),
                                                                            kept.start.tolist())], note
@@ -95,3 +95,26 @@ def test_report_can_rewrite_the_timeline_for_another_window(tmp_path):
     assert json.loads(again.stdout)["trace_window"] is None
     wide = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert len(wide["traceEvents"]) > len(narrow["traceEvents"])
+
+
+def test_the_window_is_the_same_however_the_file_is_cut_into_blocks(tmp_path):
+    """The window is found as the steps end: steps and their operators split across blocks change nothing."""
+    from instrumenter.builtin.scan import scan_trace_file
+    from tests.trace_writer import TraceWriter, steps_with_operators
+
+    writer = TraceWriter(tmp_path / "itt-100.bin")
+    steps_with_operators(writer, 500, 3, domain=DOMAIN)
+    writer.close()
+    steps = StepWindow.parse("2-4,250,-3")
+
+    def window(block_bytes):
+        scan = scan_trace_file(tmp_path / "itt-100.bin", block_bytes=block_bytes)
+        found = aggregate([scan], [DOMAIN], keep_policy(steps), start_paused=False, step_labels=["step"])
+        kept, note = timeline(found, ["step"], [DOMAIN], steps)
+        return sorted(zip(kept.start.tolist(), kept.group.tolist())), note
+
+    whole, note = window(1 << 24)
+    assert window(700) == (whole, note)
+    operator_steps = sorted({start // 1000 + 1 for start, _ in whole if start % 1000})
+    assert operator_steps == [2, 3, 4, 250, 498, 499, 500]
+    assert "steps 2-4, 250, the last 3 of 500" in note

@@ -49,35 +49,30 @@ class BuiltinBackend(Backend):
         return Finished(target.wait(process), time.perf_counter() - started)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
-        """Read the traces once for the statistics (and again for a window of the timeline, if one is
-        asked or the run is long); write trace.json, summary.json and steps.svg (where the folder can be
-        written: a read-only result folder is still summarized)."""
+        """Read the traces once, for the statistics and the timeline; write trace.json, summary.json and
+        steps.svg (where the folder can be written: a read-only result folder is still summarized)."""
         from ..results import save_outputs
         from . import chrome_trace
         from .aggregate import aggregate
         from .plot import step_time_svg
         from .ranks import rank_stats, stragglers
         from .taskstats import summarize
-        from .timeline import StepWindow, keep_policy, timeline
         from .scan import scan_trace_dir
+        from .timeline import StepWindow, keep_policy, timeline
 
         trace_dir = folder / TRACE_SUBDIR
-
-        def scan():
-            return scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
-
-        scans, skipped = scan()
+        scans, skipped = scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
         traces = [trace for trace, _blocks in scans]
         steps = StepWindow.parse(record.trace_steps)
         labels, domains = instrumentation.step_labels, instrumentation.domains
-        found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused)
+        found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
         summary = summarize(found, record.elapsed_s, labels, domains)
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(skipped)
         if not any(task.domain in domains for task in summary.tasks):
             summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary))
-        kept, summary.trace_window = timeline(found, lambda: scan()[0], labels, domains, steps)
+        kept, summary.trace_window = timeline(found, labels, domains, steps)
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -58,8 +58,13 @@ class Aggregates:
     max_ns: np.ndarray
     histogram: np.ndarray     # groups x BUCKETS
     kept: Intervals
-    #: whether ``kept`` holds every instance (not only the own domains' and a window's)
+    #: whether ``kept`` holds every instance (else the own domains' only, and ``window`` the others it keeps)
     kept_everything: bool
+    #: the instances outside the own domains that overlap the window of steps (:class:`~.intervals.Window`),
+    #: the window's steps per pid (merged spans), and the most steps a process ran
+    window: Intervals
+    window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]]
+    window_steps: int
     #: the time threads spent inside tasks, summed over threads: the sum of outermost instances
     thread_time_ns: int
     unfinished: int
@@ -89,15 +94,17 @@ class _Process:
     """One process's pass: its pointer pairs (domain, string handle) numbered locally, their statistics, the
     instances kept (with local numbers)."""
 
-    def __init__(self, trace: ProcessTrace, own_domains: Set[str], keep: Keep, statistics: bool) -> None:
+    def __init__(self, trace: ProcessTrace, own_domains: Set[str], step_labels: Set[str], keep: Keep) -> None:
         self.trace = trace
         self.own_domains = own_domains
+        self.step_labels = step_labels
         self.keep = keep
-        self.statistics = statistics
+        self.window = keep.window() if keep.ranges or keep.last else None
         self.ids: Dict[Tuple[int, int], int] = {}
         self.pointers: List[Tuple[int, int]] = []
         self._lookup = (np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint64))
         self.own: List[bool] = []  # per local id, from the names known when it was first seen
+        self.step: List[bool] = []  # per local id: an own step label
         size = 64
         self.count = np.zeros(size, np.int64)
         self.sum_ns = np.zeros(size, np.int64)
@@ -105,7 +112,7 @@ class _Process:
         self.self_ns = np.zeros(size, np.int64)
         self.min_ns = np.full(size, np.iinfo(np.int64).max, np.int64)
         self.max_ns = np.zeros(size, np.int64)
-        self.histogram = np.zeros((size, BUCKETS), np.int64) if statistics else None
+        self.histogram = np.zeros((size, BUCKETS), np.int64)
         self.threads: Dict[int, pairing.Thread] = {}
         self.last_ts: Dict[int, int] = {}
         self.kept: Dict[int, List[Intervals]] = {}  # per thread, in the order they began (unfinished last)
@@ -153,6 +160,7 @@ class _Process:
             self.pointers.append(pair)
             name = self.trace.domains.get(pair[0])
             self.own.append(name is None or name in self.own_domains)  # unnamed yet: kept until known
+            self.step.append(name in self.own_domains and self.trace.strings.get(pair[1]) in self.step_labels)
             if number >= len(self.count):
                 self._grow()
         return number
@@ -168,8 +176,7 @@ class _Process:
         self.count, self.sum_ns = grown(self.count, 0), grown(self.sum_ns, 0)
         self.inside_ns, self.self_ns = grown(self.inside_ns, 0), grown(self.self_ns, 0)
         self.min_ns, self.max_ns = grown(self.min_ns, np.iinfo(np.int64).max), grown(self.max_ns, 0)
-        if self.histogram is not None:
-            self.histogram = grown(self.histogram, 0)
+        self.histogram = grown(self.histogram, 0)
 
     # -- pairing ---------------------------------------------------------------------------------------
     def add(self, tid: int, records: np.ndarray) -> None:
@@ -190,8 +197,6 @@ class _Process:
         event (an unfinished instance)."""
         for stats in self.trace.stats:
             self.last_ts[stats.tid] = max(self.last_ts.get(stats.tid, 0), stats.ts)
-            if not self.statistics:
-                continue
             number = self._number((stats.domain, stats.string))
             count, total, inside, own, low, high, outer, unfinished = stats.head
             if count:
@@ -219,26 +224,31 @@ class _Process:
         thread.fit(len(self.count))
         return thread
 
-    def _counts(self) -> Optional[pairing.Counts]:
-        if not self.statistics:
-            return None
+    def _counts(self) -> pairing.Counts:
         return pairing.Counts(self.count, self.sum_ns, self.inside_ns, self.self_ns, self.min_ns, self.max_ns,
                               self.histogram, _LOG_RATIO)
 
     def _keep(self, tid: int, rows: pairing.Rows) -> None:
-        """The closed instances the keep policy keeps, in the order they began."""
+        """The closed instances kept (in the order they began): the own domains' always; the others while
+        the run is under the keep limit, and those of the window of steps."""
         ids, starts, ends, _selfs, depths, _outermost, finished = rows
         if not len(ids):
             return
-        others = self.keep.others(self.trace.pid, starts, ends)
-        keep = slice(None) if others is None else np.flatnonzero(np.array(self.own, np.bool_)[ids] | others)
-        starts = starts[keep]
-        if not len(starts):
-            return
         order = np.argsort(starts, kind="stable")  # rows come in the order tasks closed
-        self.kept.setdefault(tid, []).append(Intervals.of(
-            self.trace.pid, tid, ids[keep][order], starts[order], ends[keep][order], depths[keep][order],
-            finished[keep][order]))
+        ids, starts, ends, depths, finished = ids[order], starts[order], ends[order], depths[order], finished[order]
+        everything = self.keep.all_of(len(ids))
+        own = np.array(self.own, np.bool_)[ids]
+        if self.window is not None:
+            steps = np.array(self.step, np.bool_)[ids]
+            if steps.any():
+                self.window.steps(starts[steps], ends[steps])
+            others = np.flatnonzero(~own)
+            self.window.offer(Intervals.of(self.trace.pid, tid, ids[others], starts[others], ends[others],
+                                           depths[others], finished[others]))
+        keep = slice(None) if everything else np.flatnonzero(own)
+        if len(ids[keep]):
+            self.kept.setdefault(tid, []).append(Intervals.of(
+                self.trace.pid, tid, ids[keep], starts[keep], ends[keep], depths[keep], finished[keep]))
 
     def names(self) -> List[Tuple[str, str]]:
         """Each local id's (domain, name), now that the whole file's names are known."""
@@ -261,26 +271,25 @@ def collected_ns(trace: ProcessTrace, last_ts: int, start_paused: bool) -> int:
 
 
 def aggregate(scans: Iterable[Scan], own_domains: Iterable[str], keep: Keep, start_paused: bool = True,
-              statistics: bool = True) -> Aggregates:
-    """One pass over every process's blocks (``scans``: :func:`~.tracefile.scan_trace_dir`'s).
-
-    ``statistics=False`` only pairs and keeps (a second pass for a window of the timeline).
-    """
+              step_labels: Iterable[str] = ()) -> Aggregates:
+    """One pass over every process's blocks (``scans``: :func:`~.scan.scan_trace_dir`'s); ``step_labels``:
+    the own tasks that are steps, for ``keep``'s window of steps."""
     own = set(own_domains)
+    labels = set(step_labels)
     processes: List[_Process] = []
     for trace, blocks in scans:
-        process = _Process(trace, own, keep, statistics)
+        process = _Process(trace, own, labels, keep)
         for block in blocks:
             for tid, records in block.items():
                 process.add(tid, records)
         process.finish()
         processes.append(process)
-    merged = _merge(processes, keep)
+    merged = _merge(processes, keep, own)
     merged.collected_ns = sum(collected_ns(p.trace, p.max_ts, start_paused) for p in processes)
     return merged
 
 
-def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
+def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggregates:
     groups: Dict[Tuple[str, str], int] = {}
     luts = []
     limited = False
@@ -309,32 +318,40 @@ def _merge(processes: List[_Process], keep: Keep) -> Aggregates:
                   inside_ns=np.zeros(size, np.int64), self_ns=np.zeros(size, np.int64),
                   min_ns=np.full(size, np.iinfo(np.int64).max, np.int64), max_ns=np.zeros(size, np.int64))
     histogram = np.zeros((size, BUCKETS), np.int64)
-    kept = []
+    kept: List[Intervals] = []
+    window: List[Intervals] = []
+    window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+    window_steps = 0
     for process, lut in zip(processes, luts):
         used = len(process.pointers)
         for name in ("count", "sum_ns", "inside_ns", "self_ns"):
             np.add.at(merged[name], lut, getattr(process, name)[:used])
         np.minimum.at(merged["min_ns"], lut, process.min_ns[:used])
         np.maximum.at(merged["max_ns"], lut, process.max_ns[:used])
-        if process.histogram is not None:
-            np.add.at(histogram, lut, process.histogram[:used])
+        np.add.at(histogram, lut, process.histogram[:used])
         for tid in sorted(process.kept):
             for part in process.kept[tid]:
                 part.group = lut[part.group].astype(np.int32)
                 kept.append(part)
         process.kept = {}
+        if process.window is not None:
+            part = process.window.finish()
+            part.group = lut[part.group].astype(np.int32)
+            window.append(part)
+            window_spans[process.trace.pid] = process.window.spans()
+            window_steps = max(window_steps, process.window.count)
     names = list(groups)
-    everything = keep.spans is None and not keep.overflowed
-    if keep.spans is None and keep.overflowed:
+    everything = not keep.overflowed
+    if keep.overflowed:
         # past the limit only the own domains' are kept: drop the others kept before it (and those kept
         # because their domain had no name yet, when it turns out not to be an own one), part by part
-        own_domains = processes[0].own_domains
         own_groups = np.array([domain in own_domains for domain, _name in names], np.bool_)
         kept = [part.take(own_groups[part.group]) for part in kept]
     kept_all = Intervals.concat(kept, consume=True)
     merged["min_ns"][merged["count"] == 0] = 0
     return Aggregates(
         groups=names, histogram=histogram, kept=kept_all, kept_everything=everything,
+        window=Intervals.concat(window), window_spans=window_spans, window_steps=window_steps,
         thread_time_ns=sum(p.thread_time_ns for p in processes), unfinished=sum(p.unfinished for p in processes),
         processes=len(processes),
         events=sum(p.trace.event_count + p.counted_events for p in processes),

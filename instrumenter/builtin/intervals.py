@@ -1,10 +1,11 @@
-"""Task instances as parallel arrays: what the streaming pass keeps (as a :class:`Keep` policy says), the
-timeline shows and steps are read from."""
+"""Task instances as parallel arrays: what the streaming pass keeps (as a :class:`Keep` policy says, with a
+:class:`Window` of steps per process), the timeline shows and steps are read from."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from collections import deque
+from typing import Deque, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -78,28 +79,105 @@ def overlapping(spans: Optional[Tuple[np.ndarray, np.ndarray]], start: np.ndarra
     return (index >= 0) & (ends[np.maximum(index, 0)] >= start)
 
 
-class Keep:
-    """Which instances outside the run's own domains a pass keeps.
+def merged(starts: Sequence[int], ends: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """Spans as sorted, disjoint (starts, ends), for :func:`overlapping`."""
+    merged_starts: List[int] = []
+    merged_ends: List[int] = []
+    for start, end in sorted(zip(starts, ends)):
+        if merged_ends and start <= merged_ends[-1]:
+            merged_ends[-1] = max(merged_ends[-1], end)
+        else:
+            merged_starts.append(start)
+            merged_ends.append(end)
+    return np.array(merged_starts, np.int64), np.array(merged_ends, np.int64)
 
-    ``limit``: all of them while they are at most that many (``None``: no limit); past it, none (and
-    :attr:`overflowed`). ``spans``: per pid, sorted disjoint (starts, ends): those overlapping a span.
+
+class Keep:
+    """Which instances outside the run's own domains the pass keeps (the own domains' it always keeps).
+
+    All of them while the run's instances number at most ``limit`` (``None``: no limit; past it,
+    :attr:`overflowed`, and those kept are dropped); and, whatever their number, those overlapping a
+    window of steps (:class:`Window`, one per process): the steps whose 1-based ordinal falls in one of
+    ``ranges``, and the ``last`` steps. So one pass gives the timeline, whatever the run's length.
     """
 
-    def __init__(self, limit: Optional[int] = None,
-                 spans: Optional[Dict[int, Tuple[np.ndarray, np.ndarray]]] = None) -> None:
+    def __init__(self, limit: Optional[int] = None, ranges: Sequence[Tuple[int, int]] = (), last: int = 0) -> None:
         self.limit = limit
-        self.spans = spans
+        self.ranges = tuple(ranges)
+        self.last = last
         self.kept = 0
-        self.overflowed = False
+        self.overflowed = limit == 0
 
-    def others(self, pid: int, start: np.ndarray, end: np.ndarray) -> Optional[np.ndarray]:
-        """A mask of the instances to keep among these (``None``: all of them)."""
-        if self.spans is not None:
-            return overlapping(self.spans.get(pid), start, end)
+    def all_of(self, count: int) -> bool:
+        """Whether these ``count`` instances are kept, all of them (the run is still under the limit)."""
         if self.overflowed:
-            return np.zeros(len(start), np.bool_)
-        self.kept += len(start)
-        if self.limit is not None and self.kept > self.limit:
-            self.overflowed = True
-            return np.zeros(len(start), np.bool_)
-        return None
+            return False
+        self.kept += count
+        self.overflowed = self.limit is not None and self.kept > self.limit
+        return not self.overflowed
+
+    def window(self) -> "Window":
+        return Window(self.ranges, self.last)
+
+
+class Window:
+    """One process's window of steps, found as its steps end: the instances overlapping it, kept.
+
+    Steps are counted in the order they end (block by block, by start within a block: for the steps of one
+    thread, the order they began). Instances wait as candidates until no step they could overlap can
+    still come into the window: older than the first of the ``last`` latest steps, they are kept if
+    they overlap a step of ``ranges``, else dropped.
+    """
+
+    def __init__(self, ranges: Tuple[Tuple[int, int], ...], last: int) -> None:
+        self.ranges, self.last = ranges, last
+        self.count = 0
+        self.chosen: Tuple[List[int], List[int]] = ([], [])  # steps in ``ranges``: starts, ends
+        self.latest: Deque[Tuple[int, int]] = deque(maxlen=max(last, 1))
+        self.candidates: List[Intervals] = []
+        self.selected: List[Intervals] = []
+
+    def steps(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Steps that ended (in start order)."""
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            self.count += 1
+            if any(first <= self.count <= last for first, last in self.ranges):
+                self.chosen[0].append(start)
+                self.chosen[1].append(end)
+            self.latest.append((start, end))
+
+    def offer(self, instances: Intervals) -> None:
+        """Instances that ended; decides on those it can."""
+        if len(instances):
+            self.candidates.append(instances)
+        if not self.latest or (self.last and len(self.latest) < self.last):
+            return  # any candidate may still be among the last steps
+        cutoff = self.latest[0][0] if self.last else self.latest[-1][0]
+        waiting = []
+        for part in self.candidates:
+            old = part.end < cutoff
+            if old.any():
+                self._select(part.take(old), merged(*self.chosen))
+                part = part.take(~old) if not old.all() else None
+            if part is not None:
+                waiting.append(part)
+        self.candidates = waiting
+
+    def finish(self) -> Intervals:
+        """The instances kept, now that the last steps are known."""
+        spans = self.spans()
+        for part in self.candidates:
+            self._select(part, spans)
+        self.candidates = []
+        return Intervals.concat(self.selected)
+
+    def spans(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The window's steps so far, merged (all of them once the process's records are read)."""
+        if not self.last:
+            return merged(*self.chosen)
+        return merged(self.chosen[0] + [s for s, _ in self.latest], self.chosen[1] + [e for _, e in self.latest])
+
+    def _select(self, part: Intervals, spans: Tuple[np.ndarray, np.ndarray]) -> None:
+        inside = overlapping(spans, part.start, part.end)
+        if inside.any():
+            self.selected.append(part.take(inside))
