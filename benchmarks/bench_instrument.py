@@ -12,8 +12,9 @@ one process, best of ``--repeat`` runs after one warm-up:
                  (the pre-check: no libcst parse when nothing is to be inserted)
 
 and breaks (b) into its stages, replicated from ``transforms._instrument``,
-``transforms._rewrite`` and ``transforms._strip``; then the same (b)/(a) on
-each ``samples/*.py`` (real scripts of about 100 lines). The target is
+``transforms._rewrite``, ``transforms._codegen`` and ``transforms._strip``;
+then the same (b)/(a) on each ``samples/*.py`` (real scripts of about 100
+lines). The target is
 (b)/(a) <= 2.0. Only ratios against the baseline measured in the same process
 mean anything; nothing here asserts on absolute times.
 
@@ -578,14 +579,15 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
     Mirrors ``transforms._instrument.instrument`` step by step (same calls,
     same order, the same objects alive): ``parse_source``, ``detect``,
     ``make_plan``; ``_rewrite.rewrite_module`` split into its libcst parse, the
-    parse of the lines to insert, the ``_StatementRewriter`` visit,
-    ``_add_header`` and the code generation that
+    parse of the lines to insert, the ``_StatementRewriter`` walk,
+    ``_add_header`` and the code generation (``_codegen.generate_copy``) that
     notes the inserted lines; then the safety check: compile() of the copy,
-    ``_strip.strip_module`` and the comparison of its bytes with the input;
+    ``_strip.strip_module`` and the comparison of its bytes (generated reusing
+    the copy's code, ``_codegen.generate_reusing``) with the input;
     then the line map. Plus a baseline round trip in every round. When
     ``instrument`` changes its steps, update this function.
     """
-    from transforms import _strip
+    from transforms import _codegen, _strip
 
     mode = Mode()
     stem = NAME.rsplit(".", 1)[0]
@@ -609,18 +611,19 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         statements = timed("parse the lines to insert",
                            lambda: _rewrite._parse_statements(plan, module.config_for_parsing))
         rewriter = _rewrite._StatementRewriter(plan, module, statements)
-        updated = timed("_StatementRewriter visit", lambda: module.visit(rewriter))
+        updated = timed("_StatementRewriter walk", lambda: rewriter.rewrite(module))
         if rewriter.applied != len(plan.edits):
             raise AssertionError(f"applied {rewriter.applied} of {len(plan.edits)} edits: stage_breakdown is out of date")
         instrumented, header = timed("_add_header", lambda: _rewrite._add_header(updated, plan, statements))
         untouched, inserted = frozenset(rewriter.untouched), rewriter.inserted
         del rewriter, updated
-        code, lines = timed("codegen of the copy, noting inserted lines",
-                            lambda: _rewrite._generate(instrumented, inserted, header))
+        code, lines, shared = timed("codegen of the copy, noting inserted lines",
+                                    lambda: _codegen.generate_copy(instrumented, inserted, header, untouched))
         output = code.encode(module.encoding)
         timed("safety: compile() of the copy", lambda: compile(output, NAME, "exec", dont_inherit=True))
         stripped = timed("safety: strip_module", lambda: _strip.strip_module(instrumented, untouched))
-        if not timed("safety: stripped .bytes == input", lambda: stripped.bytes == data):
+        if not timed("safety: stripped bytes == input",
+                     lambda: _codegen.generate_reusing(stripped, instrumented, shared) == data):
             raise AssertionError("the stripped copy differs from the original: stage_breakdown is out of date")
         timed("line map", lambda: LineMap.from_inserted(count_lines(code), count_lines(data.decode(module.encoding)),
                                                         lines))
@@ -628,7 +631,7 @@ def stage_breakdown(data: bytes, repeat: int) -> Dict[str, float]:
         # Result is dropped); freeing them here also keeps the next run's heap
         # (and so its GC work) the same as instrument sees.
         start = time.perf_counter()
-        del source, detection, plan, module, statements, instrumented, inserted, code, output, stripped
+        del source, detection, plan, module, statements, instrumented, inserted, code, output, stripped, shared
         stages.setdefault("free the trees", []).append(time.perf_counter() - start)
         if run == 0:
             stages.clear()
@@ -657,7 +660,7 @@ def sample_ratios(repeat: int) -> List[Tuple[str, int, int, List[float], List[fl
         )
         module = cst.parse_module(data)
         statements = _rewrite._parse_statements(result.plan, module.config_for_parsing)
-        updated = module.visit(_rewrite._StatementRewriter(result.plan, module, statements))
+        updated = _rewrite._StatementRewriter(result.plan, module, statements).rewrite(module)
         header = interleaved({"h": lambda: _rewrite._add_header(updated, result.plan, statements)}, repeat)["h"]
         rows.append((path.name, data.count(b"\n"), len(result.detection.regions), times["a"], times["b"], min(header)))
     return rows

@@ -116,3 +116,39 @@ def test_safety_check_failure_is_a_rewrite_error(monkeypatch):
     monkeypatch.setattr(strip_module, "strip_module", lambda module, untouched=frozenset(): module)
     with pytest.raises(RewriteError, match="safety check failed"):
         instrument_source(b"for x in y:\n    loss.backward()\n", "t.py")
+
+
+TRICKY = {
+    "crlf-elif": b"import torch\r\nfor e in range(3):\r\n    for x in y:\r\n        loss.backward()\r\n"
+                 b"    if a:\r\n        pass\r\n    elif b:\r\n        for z in w:\r\n            loss.backward()\r\n"
+                 b"    else:\r\n        x = 1\r\n",
+    "tabs-and-strings": b"def f():\n\tfor e in range(3):\n\t\tfor x in y:\n\t\t\tloss.backward()\n\t\t\t# c\n"
+                        b"\t\t\topt.step()\n\t\tx = (1,\n\t\t  2)\n\t\ts = '''a\n  b'''\n\treturn 1\n",
+    "mixed-indent": b"def f():\n  for e in range(3):\n      for x in y:\n         loss.backward()\n  return 1\n# end\n",
+    "no-final-newline": b"for e in range(3):\n    for x in y:\n        loss.backward()\n    print(e)",
+    "block-footer": b"for x in y:\n    loss.backward()\n    # trailing comment in block\n\n# module footer\n",
+    "try-match": b"try:\n    for x in y:\n        loss.backward()\nexcept E:\n    pass\nfinally:\n    for q in y:\n"
+                 b"        loss.backward(); opt.step()\nmatch v:\n    case 1:\n        for x in y:\n"
+                 b"            loss.backward()\n",
+}
+
+
+@pytest.mark.parametrize("source", [*TRICKY.values(), *(s.read_bytes() for s in SCRIPTS)],
+                         ids=[*TRICKY, *(script_id(s) for s in SCRIPTS)])
+def test_the_safety_check_generates_the_same_bytes_as_libcst(source):
+    # It reuses the copy's code of every statement the stripped tree shares with it; a slip there
+    # could pass a copy that does not strip back, so it must equal a whole code generation.
+    from transforms import detect, make_plan, parse_source
+    from transforms._codegen import generate_reusing
+    from transforms._rewrite import rewrite_module
+    from transforms._strip import strip_module
+
+    for mode in MODES.values():
+        plan = make_plan(detect(parse_source(source, "t.py")), mode, "t.py", "t")
+        rewritten = rewrite_module(source, plan)
+        copy, shared = rewritten.instrumented, rewritten.shared
+        assert shared
+        stripped = strip_module(copy, rewritten.untouched)
+        assert generate_reusing(stripped, copy, shared) == stripped.bytes == source
+        assert generate_reusing(copy, copy, shared) == rewritten.output
+        assert generate_reusing(rewritten.original, copy, shared) == source

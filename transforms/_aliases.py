@@ -11,7 +11,6 @@ function compiled this way gets no markers, as ``@jax.jit`` would.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Optional
 
 from ._names import ImportTable, dotted
@@ -32,19 +31,22 @@ _FUNCTION_WRAPPERS = {
 }
 
 
-@dataclass(frozen=True)
 class Alias:
     """A name bound to a wrapped function: ``jit_step = jax.jit(train_step)``.
 
     ``target``: the wrapped function's expression (``train_step``);
     ``shown``: the binding as written, for reasons (``jax.jit(train_step)``);
     ``compiler``: ``jax.jit``-style text when the wrapper compiles or traces
-    the function (``functools.partial`` does not), else ``None``.
+    the function (``functools.partial`` does not), else ``None``. A plain
+    class: making a dataclass costs about a millisecond at import.
     """
 
-    target: ast.expr
-    shown: str
-    compiler: Optional[str]
+    __slots__ = ("target", "shown", "compiler")
+
+    def __init__(self, target: ast.expr, shown: str, compiler: Optional[str]) -> None:
+        self.target = target
+        self.shown = shown
+        self.compiler = compiler
 
 
 def function_alias(value: ast.AST, imports: ImportTable) -> Optional[Alias]:

@@ -17,10 +17,10 @@ from typing import AbstractSet, Iterable, Iterator, Mapping, Optional
 
 from ._aliases import Alias
 from ._evidence import is_forward_call
-from ._names import dotted, last_name
+from ._names import NamePattern, dotted, last_name
 
 # A name that holds a model: model, ema_model, model_g, model2, encoder_q, lm_head, pipe, cnn, bert ...
-_MODEL_NAME = re.compile(
+_MODEL_NAME = NamePattern(
     r"^(?:.*_)?(?:model|module|network|encoder|decoder|generator|discriminator|classifier|critic|actor"
     r"|policy|agent|backbone|head|transformer|predictor|pipeline|pipe|teacher|student|ensemble|lm|llm|vae"
     r"|autoencoder|cnn|mlp|rnn|lstm|gru|vit|bert|gpt)"
@@ -29,7 +29,7 @@ _MODEL_NAME = re.compile(
 )
 # ... or a network: net, self.net, netG, net_d, resnet, unet, convnet2, mymodel (case matters: netG,
 # not network_io).
-_NET_NAME = re.compile(r"^(?:[a-z]*|\w*_)(?:net|model)\d*$|^net(?:[A-Z]\w{0,2}|_[a-z]{1,3}|\d+)$")
+_NET_NAME = NamePattern(r"^(?:[a-z]*|\w*_)(?:net|model)\d*$|^net(?:[A-Z]\w{0,2}|_[a-z]{1,3}|\d+)$")
 # Methods that run a model on data, whatever the object is named (model.predict_step, net.forward).
 _FORWARD_METHODS = frozenset(
     """forward predict predict_step test_step validation_step eval_step predict_on_batch test_on_batch
@@ -39,7 +39,7 @@ _FORWARD_METHODS = frozenset(
 _MODEL_METHODS = frozenset("apply call infer inference sample encode decode __call__".split())
 # Functions whose call evaluates one batch: test_step, eval_step, val_step, validation_step,
 # predict_step, evaluate_batch, eval_fn, p_eval_step (jax.pmap), ...
-_EVAL_STEP_FUNCTION = re.compile(
+_EVAL_STEP_FUNCTION = NamePattern(
     r"^_*(?:(?:p|pmap|pmapped|jit|jitted|compiled|parallel)_)?"
     r"(?:test|val|valid|validation|eval|evaluate|evaluation|predict|prediction|infer|inference)"
     r"_?(?:step|batch|on_batch|fn|step_fn)$",
@@ -52,13 +52,13 @@ _FORWARD_FUNCTIONS = frozenset("forward predict infer inference".split())
 # values, and the model's own outputs (predictions, logits) that a helper post-processes.
 # Files are not among them: a loop over image files that runs the model on each is inference,
 # and a clean-up loop over files runs no model.
-_NOT_DATA_NAME = re.compile(
+_NOT_DATA_NAME = NamePattern(
     r"(?:^|_)(?:metrics?|meters?|callbacks?|hooks?|ckpts?|checkpoints?|top_?k|ks"
     r"|preds?|predictions?|outputs?|logits|results?|scores?)(?:_|$)",
     re.I,
 )
 # Validation or test data: val_loader, test_dataset, valid_ds, eval_batches, dev_set, loader_val ...
-_VALIDATION_DATA = re.compile(
+_VALIDATION_DATA = NamePattern(
     r"^(?:val|valid|validation|test|testing|eval|evaluation|dev|holdout)_?"
     r"(?:loader|dataloader|data|dataset|ds|set|batches|iter|iterator|gen|generator|samples|split|stream)s?$"
     r"|^(?:loader|dataloader|data|dataset|ds|batches)_?(?:val|valid|validation|test|eval|dev)$",

@@ -9,39 +9,38 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from ._aliases import Alias, function_alias
 from ._markers import LIBRARY_EVALUATION
-from ._names import ImportTable, dotted, last_name
+from ._names import ImportTable, NamePattern, dotted, last_name
 
 # A name that "clearly names an optimizer": opt, optim, optimizer, opt_g,
 # optimizer_d, self.optimizer2 ... but never a scheduler.
-_OPTIMIZER_NAME = re.compile(r"^(?:.*_)?(?:opt|optim|optimizer|optimiser)(?:_.*|\d*)$", re.I)
-_SCHEDULER_NAME = re.compile(r"sched|(?:^|_)lr(?:_|$)", re.I)
+_OPTIMIZER_NAME = NamePattern(r"^(?:.*_)?(?:opt|optim|optimizer|optimiser)(?:_.*|\d*)$", re.I)
+_SCHEDULER_NAME = NamePattern(r"sched|(?:^|_)lr(?:_|$)", re.I)
 # TF1 ops fetched to train: train, train_op, train_step, optimize, update_op ...
-_TRAIN_OP_NAME = re.compile(
+_TRAIN_OP_NAME = NamePattern(
     r"^(?:.*_)?(?:train|training|optimi[sz]e|minimi[sz]e|update)(?:_?(?:op|ops|step))?$", re.I
 )
 # Functions whose call is one training step: train_step, _train_step, training_step,
 # train_batch, train_on_batch, update_step, step_fn ..., also under the prefixes JAX code
 # gives a compiled copy (p_train_step for jax.pmap, jit_train_step, compiled_step_fn).
-_TRAIN_STEP_FUNCTION = re.compile(
+_TRAIN_STEP_FUNCTION = NamePattern(
     r"^_*(?:(?:p|pmap|pmapped|jit|jitted|compiled|parallel)_)?"
     r"(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn)$",
     re.I,
 )
-_EPOCH_NAME = re.compile(r"epoch", re.I)
-_EVAL_FUNCTION = re.compile(
+_EPOCH_NAME = NamePattern(r"epoch", re.I)
+_EVAL_FUNCTION = NamePattern(
     r"(?:^|_)(?:eval|evaluate|evaluation|validate|validation|valid|val|test|testing|inference|predict)(?:_|$)",
     re.I,
 )
-_TRAINER_NAME = re.compile(r"trainer|estimator|classifier|regressor|learner", re.I)
+_TRAINER_NAME = NamePattern(r"trainer|estimator|classifier|regressor|learner", re.I)
 # What a TF Estimator's train() takes besides input_fn; PyTorch's train(mode) takes none of them.
 _ESTIMATOR_TRAIN_KEYWORDS = {"input_fn", "max_steps", "hooks", "steps", "saving_listeners"}
 # An input function passed by name: input_fn, train_input_fn, input_func, make_fn ...
-_INPUT_FN_NAME = re.compile(r"input_?fn|input_func|(?:^|_)fn$", re.I)
+_INPUT_FN_NAME = NamePattern(r"input_?fn|input_func|(?:^|_)fn$", re.I)
 # LightningCLI: Lightning 2 and pytorch_lightning 1.7+ (cli), 1.5-1.6 (utilities.cli).
 _LIGHTNING_CLI = {
     "lightning.pytorch.cli.LightningCLI",
@@ -77,7 +76,6 @@ _NOT_FORWARD = frozenset(
 )
 
 
-@dataclass
 class Bindings:
     """Names the script binds to training objects.
 
@@ -90,11 +88,14 @@ class Bindings:
     ``p_train_step = jax.pmap(train_step)``): calling one runs the function it wraps.
     """
 
-    optimizers: Set[str] = field(default_factory=set)
-    train_ops: Set[str] = field(default_factory=set)
-    instances: Dict[str, str] = field(default_factory=dict)
-    external: Set[str] = field(default_factory=set)
-    aliases: Dict[str, Alias] = field(default_factory=dict)
+    __slots__ = ("optimizers", "train_ops", "instances", "external", "aliases")
+
+    def __init__(self) -> None:
+        self.optimizers: Set[str] = set()
+        self.train_ops: Set[str] = set()
+        self.instances: Dict[str, str] = {}
+        self.external: Set[str] = set()
+        self.aliases: Dict[str, Alias] = {}
 
 
 def is_optimizer_constructor(resolved: str) -> bool:

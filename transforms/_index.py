@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import _evidence as ev
@@ -37,18 +36,25 @@ def child_blocks(stmt: ast.stmt) -> List[Sequence[ast.stmt]]:
     return []
 
 
-@dataclass
 class Function:
-    """A function or method of the script."""
+    """A function or method of the script.
 
-    node: ast.AST
-    qualname: str
-    class_qualname: Optional[str]
-    parent: Optional["Function"]
-    compiled: Optional[str]
-    grad_off: Optional[str]
-    #: the loops (of the function that defines this one) lexically around the definition
-    defined_in_loops: Tuple[ast.AST, ...] = ()
+    ``defined_in_loops``: the loops (of the function that defines this one)
+    lexically around the definition. A plain class, not a dataclass: making a
+    dataclass costs about a millisecond at import, paid by every command.
+    """
+
+    __slots__ = ("node", "qualname", "class_qualname", "parent", "compiled", "grad_off", "defined_in_loops")
+
+    def __init__(self, node: ast.AST, qualname: str, class_qualname: Optional[str], parent: Optional["Function"],
+                 compiled: Optional[str], grad_off: Optional[str], defined_in_loops: Tuple[ast.AST, ...] = ()) -> None:
+        self.node = node
+        self.qualname = qualname
+        self.class_qualname = class_qualname
+        self.parent = parent
+        self.compiled = compiled
+        self.grad_off = grad_off
+        self.defined_in_loops = defined_in_loops
 
     @property
     def name(self) -> str:
@@ -61,19 +67,26 @@ class Function:
             function = function.parent
 
 
-@dataclass
 class Site:
-    """A statement with its surroundings: a loop, a train call, or (for compiled call sites) any statement."""
+    """A statement with its surroundings: a loop, a train call, or (for compiled call sites) any statement.
 
-    node: ast.AST
-    ordinal: int
-    function: Optional[Function]
-    loops: Tuple[ast.AST, ...]
-    grad_off: Optional[str]
-    call: Optional[ast.Call] = None
-    call_label: Optional[str] = None
-    #: the loop's body (or the call's statement) sits on its header's line: `for x in y: step(x)`
-    one_line: bool = False
+    ``one_line``: the loop's body (or the call's statement) sits on its
+    header's line (``for x in y: step(x)``). A plain class, as :class:`Function`.
+    """
+
+    __slots__ = ("node", "ordinal", "function", "loops", "grad_off", "call", "call_label", "one_line")
+
+    def __init__(self, node: ast.AST, ordinal: int, function: Optional[Function], loops: Tuple[ast.AST, ...],
+                 grad_off: Optional[str], call: Optional[ast.Call] = None, call_label: Optional[str] = None,
+                 one_line: bool = False) -> None:
+        self.node = node
+        self.ordinal = ordinal
+        self.function = function
+        self.loops = loops
+        self.grad_off = grad_off
+        self.call = call
+        self.call_label = call_label
+        self.one_line = one_line
 
     @property
     def compiled(self) -> Optional[str]:

@@ -137,13 +137,18 @@ def _check_safety(rewritten, original: bytes, name: str, plan: Plan) -> None:
 
     Like black's ``--safe``; there is no way to turn it off. A failure writes
     nothing and names the loop concerned (or, when libcst's own round trip of
-    the file is not exact, the line it would change).
+    the file is not exact, the line it would change). The stripped tree's bytes
+    are generated from the copy's code wherever the two trees share a
+    statement (:func:`~transforms._codegen.generate_reusing`): the same bytes,
+    without a second code generation of the whole file.
     """
+    from ._codegen import generate_reusing
     from ._strip import strip_module
 
-    stripped = strip_module(rewritten.instrumented, rewritten.untouched).bytes
-    if stripped == original:
+    stripped_tree = strip_module(rewritten.instrumented, rewritten.untouched)
+    if generate_reusing(stripped_tree, rewritten.instrumented, rewritten.shared) == original:
         return
+    stripped = stripped_tree.bytes  # a failure is worth a full code generation, for its message
     round_trip = rewritten.original.bytes
     if round_trip != original:
         line = _first_difference(original, round_trip)

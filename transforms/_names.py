@@ -9,7 +9,34 @@ needs to know that ``optim.SGD`` is ``torch.optim.SGD`` or ``tf.function`` is
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, Iterable, Iterator, Optional
+
+
+class NamePattern:
+    """A regular expression over names, compiled when first used.
+
+    Detection holds a dozen or so; compiling them all would cost a few
+    milliseconds of every command's start-up, and one script uses only some.
+    """
+
+    __slots__ = ("_pattern", "_flags", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._pattern = pattern
+        self._flags = flags
+        self._compiled: Optional[re.Pattern] = None
+
+    def _regex(self) -> re.Pattern:
+        if self._compiled is None:
+            self._compiled = re.compile(self._pattern, self._flags)
+        return self._compiled
+
+    def match(self, name: str) -> Optional[re.Match]:
+        return self._regex().match(name)
+
+    def search(self, name: str) -> Optional[re.Match]:
+        return self._regex().search(name)
 
 
 def dotted(node: ast.AST) -> Optional[str]:

@@ -31,3 +31,6 @@ STATEMENTS = concrete(cst.BaseSmallStatement, cst.BaseCompoundStatement)
 #: Nodes whose children may hold statements; everything else is a leaf to these walks.
 STATEMENT_HOLDERS = concrete(cst.Module, cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.Finally,
                              cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
+#: The fields through which a holder holds statements (a suite or a statement list, except handlers, else,
+#: finally, match cases), in the order libcst visits them, which is the order of the statements.
+HOLDING_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")

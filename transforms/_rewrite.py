@@ -1,6 +1,6 @@
 """Applying a :class:`~transforms._plan.Plan` to the script's libcst tree.
 
-Only statements are visited: the transformer counts them in the same order as
+Only statements are walked: the rewriter counts them in the same order as
 detection did (see :mod:`transforms._index`) and never descends into
 expressions, which keeps the rewrite close to the cost of a bare parse. Every
 inserted statement is built from code text (the plan's), parsed in one go
@@ -10,87 +10,122 @@ a two-space file stays two-space. The imports go where libcst's
 (importing it and ``libcst.matchers`` costs more than a whole small rewrite).
 
 Every node the rewrite inserts is recorded with the region it marks, and the
-copy's code is generated once, noting the line each inserted node lands on:
-that is the exact :class:`~transforms._linemap.LineMap` of the copy.
+copy's code is generated once (:mod:`transforms._codegen`), noting the line
+each inserted node lands on: that is the exact
+:class:`~transforms._linemap.LineMap` of the copy.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 
+from ._codegen import Inserted, Shared, generate_copy
 from ._errors import RewriteError
-from ._linemap import NEWLINE, LineMap, count_lines
-from ._node_types import STATEMENT_HOLDERS, STATEMENTS
+from ._linemap import LineMap, count_lines
+from ._node_types import HOLDING_FIELDS, STATEMENT_HOLDERS, STATEMENTS
 from ._plan import Edit, Plan, Wrap
 
 _Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
-#: An inserted node and the original line its first line is shown as (None: the line it precedes).
-_Inserted = Tuple[cst.CSTNode, Optional[int]]
+class _StatementRewriter:
+    """Wraps each planned statement and loop body, found by statement ordinal.
 
-# Nodes whose children may hold statements (or are statement lines themselves); the rest are leaves here.
-_DESCEND = STATEMENT_HOLDERS | {cst.SimpleStatementLine, cst.SimpleStatementSuite}
-
-
-class _StatementRewriter(cst.CSTTransformer):
-    """Wraps each planned statement and loop body, found by statement ordinal."""
+    A walk of its own over statement holders rather than a libcst visitor,
+    which would call hooks on every field of every statement it passes (a
+    loop's target, a function's parameters) only to be told to skip it.
+    Statements are counted in the order detection counted them, libcst's
+    visiting order (see ``HOLDING_FIELDS``).
+    """
 
     def __init__(self, plan: Plan, module: cst.Module, statements: Dict[str, cst.SimpleStatementLine]) -> None:
-        super().__init__()
         self._edits: Dict[int, Edit] = {edit.ordinal: edit for edit in plan.edits}
         self._edit_ordinals = sorted(self._edits)
         self._spans = plan.spans
         #: ids of original subtrees left as they were (the safety check need not look inside)
         self.untouched: Set[int] = set()
-        self._config = module.config_for_parsing
         self._default_indent = module.default_indent
         self._next_ordinal = 0
-        self._ordinal_of: Dict[int, int] = {}
         self._indents: List[str] = []
         self._parsed = statements
-        self._contexts: Dict[str, cst.BaseExpression] = {}
         self.applied = 0
         #: every node inserted (its first line is a line autoitt writes), with its region's line
-        self.inserted: List[_Inserted] = []
+        self.inserted: List[Inserted] = []
 
     # -- traversal -------------------------------------------------------------
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        kind = type(node)
-        if kind in STATEMENTS:
-            ordinal = self._next_ordinal
-            self._ordinal_of[id(node)] = ordinal
-            self._next_ordinal += 1
-            end = self._spans.get(ordinal)
-            if end is not None and not self._edit_within(ordinal, end):
-                # Nothing to change in this subtree: skip it whole, counting its statements.
-                self._next_ordinal = end
-                self.untouched.add(id(node))
-                return False
-        if kind is cst.IndentedBlock:
-            self._indents.append(node.indent if node.indent is not None else self._default_indent)
-        return kind in _DESCEND
+    def rewrite(self, module: cst.Module) -> cst.Module:
+        """``module`` with the plan's edits applied."""
+        return self._holder(module)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        kind = type(original_node)
-        if kind is cst.IndentedBlock:
-            self._indents.pop()
-        if kind is cst.For or kind is cst.While:
-            edit = self._edits.get(self._ordinal_of[id(original_node)])
-            if edit is not None:
-                self._check(edit, original_node)
-                return self._wrap_loop(updated_node, edit)
-        elif kind is cst.SimpleStatementLine:
-            for small in original_node.body:
-                edit = self._edits.get(self._ordinal_of[id(small)])
+    def _holder(self, node: cst.CSTNode) -> cst.CSTNode:
+        """``node`` (a statement holder) with the statements it holds rewritten."""
+        changes = {}
+        for name in HOLDING_FIELDS:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            kind = type(value)
+            if kind is tuple or kind is list:
+                if name == "body":  # a statement list (a module's or an indented block's)
+                    new = []
+                    for statement in value:
+                        rewritten = self._rewrite_statement(statement)
+                        if type(rewritten) is list:
+                            new.extend(rewritten)
+                        else:
+                            new.append(rewritten)
+                else:  # except handlers, match cases
+                    new = [self._holder(item) for item in value]
+                if all(a is b for a, b in zip(new, value)) and len(new) == len(value):
+                    continue
+            elif kind is cst.IndentedBlock:
+                self._indents.append(value.indent if value.indent is not None else self._default_indent)
+                new = self._holder(value)
+                self._indents.pop()
+            elif kind in STATEMENTS:  # an elif
+                new = self._rewrite_statement(value)
+            elif kind is cst.SimpleStatementSuite:  # a body on its header's line: counted, never marked
+                self._next_ordinal += len(value.body)
+                continue
+            elif kind in STATEMENT_HOLDERS:  # else, finally, one except handler
+                new = self._holder(value)
+            else:
+                continue
+            if new is not value:
+                changes[name] = new
+        return node.with_changes(**changes) if changes else node
+
+    def _rewrite_statement(self, node: cst.CSTNode) -> Union[cst.CSTNode, List[_Statement]]:
+        """A statement of a statement list, rewritten: itself, or the statements that replace it."""
+        kind = type(node)
+        start = self._next_ordinal
+        if kind is cst.SimpleStatementLine:
+            end = self._next_ordinal = start + len(node.body)
+            if not self._edit_within(start, end):
+                self.untouched.add(id(node))
+                return node
+            for ordinal, small in enumerate(node.body, start):
+                edit = self._edits.get(ordinal)
                 if edit is not None:
                     self._check(edit, small)
-                    return cst.FlattenSentinel(self._wrap_statements(updated_node, edit.around, edit.line))
-        return updated_node
+                    return self._wrap_statements(node, edit.around, edit.line)
+            return node
+        self._next_ordinal += 1
+        end = self._spans.get(start)
+        if end is not None and not self._edit_within(start, end):
+            # Nothing to change in this subtree: skip it whole, counting its statements.
+            self._next_ordinal = end
+            self.untouched.add(id(node))
+            return node
+        updated = self._holder(node)
+        if kind is cst.For or kind is cst.While:
+            edit = self._edits.get(start)
+            if edit is not None:
+                self._check(edit, node)
+                return self._wrap_loop(updated, edit)
+        return updated
 
     def _edit_within(self, start: int, end: int) -> bool:
         at = bisect.bisect_left(self._edit_ordinals, start)
@@ -115,10 +150,8 @@ class _StatementRewriter(cst.CSTTransformer):
         return self._parsed[code].with_changes()
 
     def _context(self, code: str) -> cst.BaseExpression:
-        parsed = self._contexts.get(code)
-        if parsed is None:
-            parsed = self._contexts[code] = cst.parse_expression(code, config=self._config)
-        return parsed
+        # Parsed with the statements, as an expression statement: the same expression node.
+        return self._parsed[code].body[0].value
 
     def _block(self, body: Sequence[_Statement]) -> cst.IndentedBlock:
         return cst.IndentedBlock(body=list(body), indent=self._unit_or_none())
@@ -144,10 +177,10 @@ class _StatementRewriter(cst.CSTTransformer):
         self._record(line, *before, guarded, *([context] if context is not None else ()), final, *after)
         return [*before, guarded]
 
-    def _wrap_loop(self, loop: Union[cst.For, cst.While], edit: Edit) -> cst.FlattenSentinel:
+    def _wrap_loop(self, loop: Union[cst.For, cst.While], edit: Edit) -> List[_Statement]:
         if edit.each is not None:
             loop = loop.with_changes(body=self._wrap_body(loop.body, edit.each, edit.line))
-        return cst.FlattenSentinel(self._wrap_statements(loop, edit.around, edit.line))
+        return self._wrap_statements(loop, edit.around, edit.line)
 
     def _wrap_body(self, body: cst.BaseSuite, wrap: Wrap, line: int) -> cst.IndentedBlock:
         if not isinstance(body, cst.IndentedBlock):
@@ -168,10 +201,11 @@ class _StatementRewriter(cst.CSTTransformer):
 
 
 def _parse_statements(plan: Plan, config: cst.PartialParserConfig) -> Dict[str, cst.SimpleStatementLine]:
-    """Every distinct line the plan inserts (markers, imports, header), parsed in one go: a parse per
-    line costs far more. Each is used as a fresh node (``with_changes()``) wherever it goes."""
+    """Every distinct line the plan inserts (markers, imports, header) and every context it enters, parsed
+    in one go: a parse per line costs far more. Each line is used as a fresh node (``with_changes()``)
+    wherever it goes; a context is the expression of its line."""
     codes = sorted({*(code for edit in plan.edits for wrap in (edit.around, edit.each) if wrap is not None
-                      for code in (*wrap.before, *wrap.after)),
+                      for code in (*wrap.before, *wrap.after, *wrap.contexts)),
                     *(_import_code(*spec) for spec in plan.imports), *plan.header})
     newline = config.default_newline
     parsed = cst.parse_module(newline.join(codes) + newline, config=config)
@@ -225,65 +259,30 @@ def _add_header(module: cst.Module, plan: Plan,
     return module.with_changes(body=[*module.body[:at], *inserted, *module.body[at:]]), inserted
 
 
-@dataclass
-class _LineNotingState(CodegenState):
-    """libcst's code generation, noting the line on which each watched node starts.
-
-    libcst's ``PositionProvider`` records every node's position as it generates
-    code, which costs about five code generations; the line map needs only the
-    first lines of the nodes autoitt inserted, so this hooks the same
-    ``before_codegen`` callback and counts newlines only when such a node starts.
-    """
-
-    watched: FrozenSet[int] = frozenset()
-    starts: Dict[int, int] = field(default_factory=dict)
-    _line: int = 1
-    _counted: int = 0
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        if id(node) in self.watched:
-            tokens = self.tokens
-            self._line += len(NEWLINE.findall("".join(tokens[self._counted:])))
-            self._counted = len(tokens)
-            self.starts[id(node)] = self._line
-
-
-def _generate(module: cst.Module, inserted: Sequence[_Inserted],
-              header: Sequence[cst.CSTNode]) -> Tuple[str, Dict[int, Optional[int]]]:
-    """The copy's code, and its inserted lines (copy line -> original line shown), from one code generation.
-
-    Each inserted node contributes its own first line, after its leading
-    lines: a marker's are the user's comments and blank lines moved above it,
-    a header statement's (the blank line and comment above the first) are
-    autoitt's own.
-    """
-    entries = [*inserted, *((node, None) for node in header)]
-    state = _LineNotingState(default_indent=module.default_indent, default_newline=module.default_newline,
-                             watched=frozenset(id(node) for node, _ in entries))
-    module._codegen(state)
-    lines: Dict[int, Optional[int]] = {}
-    for node, shown in entries:
-        start = state.starts[id(node)]
-        leading = len(getattr(node, "leading_lines", ()))
-        if shown is None:
-            lines.update((start + k, shown) for k in range(leading))
-        lines[start + leading] = shown
-    return "".join(state.tokens), lines
-
-
-@dataclass(frozen=True)
 class Rewritten:
     """The parsed original, the instrumented tree and its bytes, the original subtrees it shares
-    unchanged, and the lines the rewrite inserted."""
+    unchanged (with their code), and the lines the rewrite inserted.
 
-    original: cst.Module
-    instrumented: cst.Module
-    untouched: FrozenSet[int]
-    output: bytes
-    #: copy line -> original line it is shown as (None: the line it precedes), for every inserted line
-    inserted_lines: Dict[int, Optional[int]]
-    copy_lines: int
-    original_lines: int
+    ``inserted_lines``: copy line -> original line it is shown as (None: the
+    line it precedes), for every inserted line. A plain class: only the rewrite
+    makes one, and making a dataclass costs about a millisecond at import.
+    """
+
+    __slots__ = ("original", "instrumented", "untouched", "shared", "output", "inserted_lines", "copy_lines",
+                 "original_lines")
+
+    def __init__(self, original: cst.Module, instrumented: cst.Module, untouched: FrozenSet[int],
+                 shared: Dict[int, Shared], output: bytes, inserted_lines: Dict[int, Optional[int]],
+                 copy_lines: int, original_lines: int) -> None:
+        self.original = original
+        self.instrumented = instrumented
+        self.untouched = untouched
+        #: the code of the untouched statements, as the copy generated it (for the safety check)
+        self.shared = shared
+        self.output = output
+        self.inserted_lines = inserted_lines
+        self.copy_lines = copy_lines
+        self.original_lines = original_lines
 
     def line_map(self) -> LineMap:
         """The copy's exact line map; :class:`RewriteError` if the copy is not the original plus those lines."""
@@ -298,10 +297,11 @@ def rewrite_module(data: bytes, plan: Plan) -> Rewritten:
     module = cst.parse_module(data)
     statements = _parse_statements(plan, module.config_for_parsing)
     rewriter = _StatementRewriter(plan, module, statements)
-    updated = module.visit(rewriter)
+    updated = rewriter.rewrite(module)
     if rewriter.applied != len(plan.edits):
         raise RewriteError(f"applied {rewriter.applied} of {len(plan.edits)} planned edits")
     instrumented, header = _add_header(updated, plan, statements)
-    code, inserted_lines = _generate(instrumented, rewriter.inserted, header)
-    return Rewritten(module, instrumented, frozenset(rewriter.untouched), code.encode(module.encoding),
+    untouched = frozenset(rewriter.untouched)
+    code, inserted_lines, shared = generate_copy(instrumented, rewriter.inserted, header, untouched)
+    return Rewritten(module, instrumented, untouched, shared, code.encode(module.encoding),
                      inserted_lines, count_lines(code), count_lines(data.decode(module.encoding)))

@@ -19,27 +19,46 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ._errors import RewriteError, SourceError
 from ._markers import INSTRUMENTED_MARKER, MarkerMatcher, dotted
-from ._node_types import STATEMENT_HOLDERS
+from ._node_types import HOLDING_FIELDS, STATEMENT_HOLDERS
+
+#: The holders whose ``body`` is a list of statements, where the wrappings are.
+_STATEMENT_LISTS = (cst.Module, cst.IndentedBlock)
 
 
+class _MarkerStripper:
+    """Unwraps marker wrappings in every statement list, bottom up.
 
-class _MarkerStripper(cst.CSTTransformer):
-    """Unwraps marker wrappings in every statement list, bottom up."""
+    A walk of its own over statement holders only, rather than a libcst
+    visitor: the visitor calls hooks on every field of every holder (a loop's
+    target, a function's parameters), which costs more than the unwrapping.
+    """
 
     def __init__(self, markers: MarkerMatcher, untouched: AbstractSet[int] = frozenset()) -> None:
-        super().__init__()
         self._markers = markers
         self._untouched = untouched
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # Markers live only in statement lists.
-        return type(node) in STATEMENT_HOLDERS and id(node) not in self._untouched
+    def strip(self, node: cst.CSTNode) -> cst.CSTNode:
+        """``node`` (a statement holder) with the wrappings in it and below it unwrapped."""
+        changes = {}
+        for name in HOLDING_FIELDS:
+            value = getattr(node, name, None)
+            if type(value) in STATEMENT_HOLDERS:
+                new = self._child(value)
+            elif isinstance(value, (list, tuple)):
+                new = [self._child(item) for item in value]
+                if all(a is b for a, b in zip(new, value)):
+                    continue
+            else:
+                continue
+            if new is not value:
+                changes[name] = new
+        if changes:
+            node = node.with_changes(**changes)
+        return self._unwrap_in(node) if type(node) in _STATEMENT_LISTS else node
 
-    def leave_IndentedBlock(self, original_node, updated_node):
-        return self._unwrap_in(updated_node)
-
-    def leave_Module(self, original_node, updated_node):
-        return self._unwrap_in(updated_node)
+    def _child(self, node):
+        # Markers live only in statement lists, and none in the subtrees the rewrite left untouched.
+        return self.strip(node) if type(node) in STATEMENT_HOLDERS and id(node) not in self._untouched else node
 
     def _unwrap_in(self, node):
         # Every wrapping holds a try statement: most blocks are done with one cheap look.
@@ -101,7 +120,7 @@ def strip_module(module: cst.Module, untouched: AbstractSet[int] = frozenset()) 
     markers = MarkerMatcher.for_copy(module)
     if markers is None:
         raise RewriteError("no 'import ittapi.compat as ...' header: not an autoitt copy")
-    stripped = module.visit(_MarkerStripper(markers, untouched))
+    stripped = _MarkerStripper(markers, untouched).strip(module)
     return stripped.with_changes(body=_without_header(stripped.body, markers))
 
 
