@@ -231,11 +231,11 @@ class _Process:
     def _keep(self, tid: int, rows: pairing.Rows) -> None:
         """The closed instances kept (in the order they began): the own domains' always; the others while
         the run is under the keep limit, and those of the window of steps."""
-        ids, starts, ends, _selfs, depths, _outermost, finished = rows
+        ids, starts, ends, _selfs, _depths, _outermost, finished = rows
         if not len(ids):
             return
         order = np.argsort(starts, kind="stable")  # rows come in the order tasks closed
-        ids, starts, ends, depths, finished = ids[order], starts[order], ends[order], depths[order], finished[order]
+        ids, starts, ends, finished = ids[order], starts[order], ends[order], finished[order]
         everything = self.keep.all_of(len(ids))
         own = np.array(self.own, np.bool_)[ids]
         if self.window is not None:
@@ -244,11 +244,11 @@ class _Process:
                 self.window.steps(starts[steps], ends[steps])
             others = np.flatnonzero(~own)
             self.window.offer(Intervals.of(self.trace.pid, tid, ids[others], starts[others], ends[others],
-                                           depths[others], finished[others]))
+                                           finished[others]))
         keep = slice(None) if everything else np.flatnonzero(own)
         if len(ids[keep]):
             self.kept.setdefault(tid, []).append(Intervals.of(
-                self.trace.pid, tid, ids[keep], starts[keep], ends[keep], depths[keep], finished[keep]))
+                self.trace.pid, tid, ids[keep], starts[keep], ends[keep], finished[keep]))
 
     def names(self) -> List[Tuple[str, str]]:
         """Each local id's (domain, name), now that the whole file's names are known."""

@@ -15,8 +15,8 @@ class Intervals:
     """Task instances as parallel arrays (times in ns, ``group`` an index into :attr:`Aggregates.groups`).
 
     :attr:`Aggregates.kept` is ordered by process and thread; in a thread, instances that do not overlap
-    (a task's steps) are in the order they began, and unfinished ones come last. 31 bytes an instance (:data:`TYPES`): a run of millions of
-    steps keeps them all.
+    (a task's steps) are in the order they began, and unfinished ones come last. 29 bytes an instance
+    (:data:`TYPES`): a run of millions of steps keeps them all.
     """
 
     pid: np.ndarray
@@ -24,11 +24,10 @@ class Intervals:
     group: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    depth: np.ndarray
     finished: np.ndarray
 
-    FIELDS = ("pid", "tid", "group", "start", "end", "depth", "finished")
-    TYPES = (np.int32, np.int32, np.int32, np.int64, np.int64, np.int16, np.bool_)
+    FIELDS = ("pid", "tid", "group", "start", "end", "finished")
+    TYPES = (np.int32, np.int32, np.int32, np.int64, np.int64, np.bool_)
 
     @classmethod
     def of(cls, *columns) -> "Intervals":
