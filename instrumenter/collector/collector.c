@@ -1165,6 +1165,8 @@ static int tsc_usable(void)
 {
     const char *clock = getenv("AUTOITT_CLOCK");
     if (clock && strcmp(clock, "monotonic") == 0) return 0;
+    int tsc_allowed = PR_TSC_ENABLE; /* a process may forbid rdtsc (prctl PR_SET_TSC): then it would crash */
+    if (prctl(PR_GET_TSC, &tsc_allowed, 0, 0, 0) == 0 && tsc_allowed != PR_TSC_ENABLE) return 0;
     char source[32] = {0};
     int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
