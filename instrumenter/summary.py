@@ -42,7 +42,13 @@ class StepStats:
     median_s: float
     p95_s: float
     first_s: float
-    steady_mean_s: float  # mean of every step after the first
+    steady_mean_s: float  # mean of the steps after the warm-up
+    #: the warm-up: the first steps until step time settles (:func:`instrumenter.builtin.taskstats.warmup`)
+    warmup_steps: int = 0
+    warmup_s: float = 0.0
+    #: median and p95 of the steps after the warm-up
+    steady_median_s: float = 0.0
+    steady_p95_s: float = 0.0
     #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
     #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
     durations_s: Sequence[float] = field(repr=False, compare=False, default=())

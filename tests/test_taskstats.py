@@ -83,3 +83,33 @@ def test_a_recursive_task_on_two_threads_counts_each_threads_time():
     loop = task(summary_of(both), "step_loop")
     assert round(loop.total_s * 1e9) == 200 and loop.count == 6
     assert loop.share == 1.0
+
+
+def steps_of(durations):
+    """One thread running steps of these durations, back to back."""
+    events, ts = [], 0
+    for duration in durations:
+        events += [("begin", "step", ts), ("end", None, ts + duration)]
+        ts += duration
+    return trace(events)
+
+
+def test_warm_up_lasts_until_step_time_settles():
+    # dcgan's step times (ms): the summary used to call the mean of steps 2..8 the steady state
+    step = summary_of(steps_of([2849, 2681, 2644, 553, 118, 70, 67, 71])).steps[0]
+    assert (step.warmup_steps, round(step.warmup_s * 1e9)) == (5, 2849 + 2681 + 2644 + 553 + 118)
+    assert round(step.steady_median_s * 1e9) == 70 and round(step.steady_mean_s * 1e9, 3) == round(208 / 3, 3)
+
+
+def test_a_single_slow_step_later_is_not_warm_up():
+    step = summary_of(steps_of([10, 10, 10, 10, 100, 10, 10, 10])).steps[0]
+    assert step.warmup_steps == 0 and round(step.steady_p95_s * 1e9) == 100
+
+
+def test_two_slow_steps_in_a_row_are_still_warm_up():
+    step = summary_of(steps_of([50, 9, 60, 55] + [10] * 8)).steps[0]
+    assert step.warmup_steps == 4 and round(step.steady_mean_s * 1e9) == 10
+
+
+def test_a_run_that_never_settles_has_no_warm_up():
+    assert summary_of(steps_of([10, 30, 10, 30, 10, 30])).steps[0].warmup_steps == 0

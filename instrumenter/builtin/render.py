@@ -43,11 +43,16 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         console.print(rows_table)
 
     for step in summary.steps:
-        ratio = step.first_s / step.steady_mean_s if step.steady_mean_s else 0.0
+        steady = step.steady_median_s or step.median_s  # a summary saved before warm-up was detected
+        if step.warmup_steps:
+            settled = (f"warm-up {step.warmup_steps} step{'s' if step.warmup_steps > 1 else ''} "
+                       f"({duration(step.warmup_s)}), then median {duration(steady)}, p95 "
+                       f"{duration(step.steady_p95_s)}, mean {duration(step.steady_mean_s)}")
+        else:
+            settled = f"no warm-up; first step {duration(step.first_s)}"
         console.print(
-            f"[bold]Step time[/bold] ({step.label}, {step.count} steps): mean {duration(step.mean_s)}, "
-            f"median {duration(step.median_s)}, p95 {duration(step.p95_s)}; first step {duration(step.first_s)} "
-            f"vs steady state {duration(step.steady_mean_s)} ({ratio:.1f}x)"
+            f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
+            f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
         )
 
     _render_ranks(summary, console)

@@ -42,6 +42,27 @@ def task_stats(aggregates: Aggregates) -> List[TaskStats]:
     return stats
 
 
+#: Step time has settled when it is within this fraction of the steady median (the later half's median) ...
+SETTLED = 0.25
+#: ... and so are all but one of the steps starting there, this many in all (one slow step is an outlier,
+#: two are still warm-up).
+SETTLED_WINDOW = 5
+
+
+def warmup(nanoseconds: np.ndarray) -> int:
+    """How many first steps are warm-up: the steps before the first one that is within :data:`SETTLED` of
+    the median of the run's later half, with at most one step of the :data:`SETTLED_WINDOW` starting there
+    above it. A slow step after that (an evaluation, a checkpoint) does not count."""
+    count = len(nanoseconds)
+    if count < 3:
+        return 0
+    above = nanoseconds > np.median(nanoseconds[count // 2:]) * (1 + SETTLED)
+    seen = np.concatenate([[0], np.cumsum(above)])
+    window_end = np.minimum(np.arange(count) + SETTLED_WINDOW, count)
+    settled = ~above & (seen[window_end] - seen[:count] <= 1)
+    return int(np.argmax(settled)) if settled.any() else 0
+
+
 def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
                domains: Optional[Iterable[str]] = None, totals: Optional[Aggregates] = None) -> List[StepStats]:
     """Per step label, on autoitt's own domains (``None``: any domain): the finished instances, in the
@@ -72,17 +93,23 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
         durations = nanoseconds.astype(np.float32) / np.float32(1e9)  # the plot's: 4 bytes a step
         first, total = float(nanoseconds[0]) / 1e9, int(nanoseconds.sum()) / 1e9
         count, mean = len(nanoseconds), total / len(nanoseconds)
-        steady = (total - first) / (count - 1) if count > 1 else first
-        del nanoseconds
+        warm = warmup(nanoseconds)
+        warm_s = int(nanoseconds[:warm].sum()) / 1e9
+        after = nanoseconds[warm:]
+        steady = (total - warm_s) / len(after)
+        steady_median = float(np.median(after)) / 1e9
+        steady_p95 = float(np.percentile(after, 95, method="closest_observation")) / 1e9
+        del nanoseconds, after
         if totals is not None:
             count = int(totals.count[ids].sum())
             total_s = int(totals.sum_ns[ids].sum()) / 1e9
             mean = total_s / count
             median, p95 = totals.percentile_ns(ids, 0.5) / 1e9, totals.percentile_ns(ids, 0.95) / 1e9
-            steady = (total_s - first) / (count - 1) if count > 1 else first
+            steady = (total_s - warm_s) / (count - warm) if count > warm else steady
         result.append(StepStats(
             label=label, count=count, mean_s=mean, median_s=median, p95_s=p95, first_s=first,
-            steady_mean_s=steady, durations_s=durations,
+            steady_mean_s=steady, warmup_steps=warm, warmup_s=warm_s, steady_median_s=steady_median,
+            steady_p95_s=steady_p95, durations_s=durations,
         ))
     return result
 
