@@ -28,6 +28,9 @@ class TaskStats:
     min_s: float
     max_s: float
     share: float  # total, of the summary's thread time
+    #: self time with the oneDNN primitives the task calls counted in: an operator's own time, its
+    #: library's implementation included (``aggregate.LIBRARY_DOMAINS``)
+    self_with_library_s: float = 0.0
     #: percentiles of an instance's duration, within 1 % (a histogram's: ``aggregate.PERCENTILE_ERROR``)
     p50_s: float = 0.0
     p95_s: float = 0.0
@@ -43,15 +46,15 @@ class StepStats:
     p95_s: float
     first_s: float
     steady_mean_s: float  # mean of the steps after the warm-up
+    #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
+    #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
+    durations_s: Sequence[float] = field(repr=False, compare=False, default=())
     #: the warm-up: the first steps until step time settles (:func:`instrumenter.builtin.taskstats.warmup`)
     warmup_steps: int = 0
     warmup_s: float = 0.0
     #: median and p95 of the steps after the warm-up
     steady_median_s: float = 0.0
     steady_p95_s: float = 0.0
-    #: every step's duration, in order: for the plot and the rank comparison, never saved (a run's
-    #: millions of steps would make summary.json as large as the trace); empty in a loaded summary
-    durations_s: Sequence[float] = field(repr=False, compare=False, default=())
 
 
 @dataclass(frozen=True)

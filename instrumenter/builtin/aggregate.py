@@ -39,6 +39,9 @@ from .tracefile import KIND_BEGIN, KIND_DETACH, KIND_LIMIT, KIND_PAUSE, KIND_RES
 #: exact value (and clamped to the task's min and max).
 RATIO = 1.02
 PERCENTILE_ERROR = (RATIO - 1) / (RATIO + 1)
+#: Domains whose tasks are a library's, oneDNN's primitives: the implementation of the operator that calls
+#: them, so counted in its self time with library (``self_library_ns``).
+LIBRARY_DOMAINS = ("dnnl::",)
 #: Enough buckets for any 64-bit duration.
 BUCKETS = int(math.log(2.0 ** 64) / math.log(RATIO)) + 2
 _LOG_RATIO = math.log(RATIO)
@@ -54,6 +57,7 @@ class Aggregates:
     sum_ns: np.ndarray        # of every instance's duration
     inside_ns: np.ndarray     # time inside at least one instance, per thread, summed
     self_ns: np.ndarray
+    self_library_ns: np.ndarray  # self time with the library's child tasks (oneDNN primitives) counted in
     min_ns: np.ndarray
     max_ns: np.ndarray
     histogram: np.ndarray     # groups x BUCKETS
@@ -112,6 +116,8 @@ class _Process:
         self.self_ns = np.zeros(size, np.int64)
         self.min_ns = np.full(size, np.iinfo(np.int64).max, np.int64)
         self.max_ns = np.zeros(size, np.int64)
+        self.self_library_ns = np.zeros(size, np.int64)
+        self.library = np.zeros(size, np.uint8)  # per local id: a library's task (oneDNN), by its domain
         self.histogram = np.zeros((size, BUCKETS), np.int64)
         self.threads: Dict[int, pairing.Thread] = {}
         self.last_ts: Dict[int, int] = {}
@@ -163,6 +169,7 @@ class _Process:
             self.step.append(name in self.own_domains and self.trace.strings.get(pair[1]) in self.step_labels)
             if number >= len(self.count):
                 self._grow()
+            self.library[number] = bool(name and name.startswith(LIBRARY_DOMAINS))
         return number
 
     def _grow(self) -> None:
@@ -176,6 +183,7 @@ class _Process:
         self.count, self.sum_ns = grown(self.count, 0), grown(self.sum_ns, 0)
         self.inside_ns, self.self_ns = grown(self.inside_ns, 0), grown(self.self_ns, 0)
         self.min_ns, self.max_ns = grown(self.min_ns, np.iinfo(np.int64).max), grown(self.max_ns, 0)
+        self.self_library_ns, self.library = grown(self.self_library_ns, 0), grown(self.library, 0)
         self.histogram = grown(self.histogram, 0)
 
     # -- pairing ---------------------------------------------------------------------------------------
@@ -204,6 +212,7 @@ class _Process:
                 self.sum_ns[number] += total
                 self.inside_ns[number] += inside
                 self.self_ns[number] += own
+                self.self_library_ns[number] += own  # past the limit, library children are not told apart
                 self.min_ns[number] = min(self.min_ns[number], low)
                 self.max_ns[number] = max(self.max_ns[number], high)
                 self.thread_time_ns += outer
@@ -226,7 +235,7 @@ class _Process:
 
     def _counts(self) -> pairing.Counts:
         return pairing.Counts(self.count, self.sum_ns, self.inside_ns, self.self_ns, self.min_ns, self.max_ns,
-                              self.histogram, _LOG_RATIO)
+                              self.histogram, self.self_library_ns, self.library, _LOG_RATIO)
 
     def _keep(self, tid: int, rows: pairing.Rows) -> None:
         """The closed instances kept (in the order they began): the own domains' always; the others while
@@ -316,6 +325,7 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
     size = len(groups)
     merged = dict(count=np.zeros(size, np.int64), sum_ns=np.zeros(size, np.int64),
                   inside_ns=np.zeros(size, np.int64), self_ns=np.zeros(size, np.int64),
+                  self_library_ns=np.zeros(size, np.int64),
                   min_ns=np.full(size, np.iinfo(np.int64).max, np.int64), max_ns=np.zeros(size, np.int64))
     histogram = np.zeros((size, BUCKETS), np.int64)
     kept: List[Intervals] = []
@@ -324,7 +334,7 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
     window_steps = 0
     for process, lut in zip(processes, luts):
         used = len(process.pointers)
-        for name in ("count", "sum_ns", "inside_ns", "self_ns"):
+        for name in ("count", "sum_ns", "inside_ns", "self_ns", "self_library_ns"):
             np.add.at(merged[name], lut, getattr(process, name)[:used])
         np.minimum.at(merged["min_ns"], lut, process.min_ns[:used])
         np.maximum.at(merged["max_ns"], lut, process.max_ns[:used])

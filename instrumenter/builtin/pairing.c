@@ -28,12 +28,15 @@ typedef struct {                  /* a trace record (instrumenter/builtin/tracef
 
 typedef struct {
     int64_t *ids, *starts, *child; /* the open tasks, bottom to top */
+    int64_t *library_child;        /* of child: the time in child tasks that are a library's (oneDNN) */
     int64_t depth, capacity;       /* past capacity, deeper tasks are counted in `deep` only */
     int64_t deep;
 } open_stack;
 
 typedef struct {                  /* per task id; NULL count: pair only */
     int64_t *count, *sum, *inside, *self, *min, *max, *histogram;
+    int64_t *self_library;         /* self time with the library child tasks counted in */
+    const uint8_t *library;        /* the task is a library's (its time is its caller's implementation) */
     int64_t buckets;
     double log_ratio;
 } task_stats;
@@ -43,12 +46,21 @@ typedef struct {                  /* one row per closed instance, in the order t
     uint8_t *outermost, *finished;
 } closed_rows;
 
-static void count(task_stats *s, int64_t id, int64_t duration, int64_t self, int outermost)
+/* An instance's own time with its library child tasks counted in: its duration less its other children's. */
+static int64_t self_with_library(int64_t duration, int64_t child, int64_t library_child)
+{
+    int64_t others = child - library_child;
+    return duration > others ? duration - others : 0;
+}
+
+static void count(task_stats *s, int64_t id, int64_t duration, int64_t self, int64_t self_library,
+                  int outermost)
 {
     if (!s->count) return;
     s->count[id]++;
     s->sum[id] += duration;
     s->self[id] += self;
+    s->self_library[id] += self_library;
     if (outermost) s->inside[id] += duration;
     if (duration < s->min[id]) s->min[id] = duration;
     if (duration > s->max[id]) s->max[id] = duration;
@@ -74,6 +86,7 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
                 stack->ids[d] = ids[i];
                 stack->starts[d] = r->ts;
                 stack->child[d] = 0;
+                stack->library_child[d] = 0;
                 open_count[ids[i]]++;
                 stack->depth++;
             } else {
@@ -91,10 +104,14 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
         int64_t self = duration > child ? duration - child : 0;
         int outermost = --open_count[id] == 0;
         int finished = !(r->flags & F_UNFINISHED);
-        if (d > 0) stack->child[d - 1] += duration;
-        else *thread_time += duration;
+        if (d > 0) {
+            stack->child[d - 1] += duration;
+            if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
+        } else {
+            *thread_time += duration;
+        }
         *unfinished += !finished;
-        count(stats, id, duration, self, outermost);
+        count(stats, id, duration, self, self_with_library(duration, child, stack->library_child[d]), outermost);
         out->ids[rows] = id;
         out->starts[rows] = stack->starts[d];
         out->ends[rows] = r->ts;
@@ -119,9 +136,14 @@ EXPORT int64_t autoitt_close(int64_t end, open_stack *stack, int32_t *open_count
         int64_t duration = end > stack->starts[d] ? end - stack->starts[d] : 0;
         int64_t self = duration > stack->child[d] ? duration - stack->child[d] : 0;
         int outermost = --open_count[id] == 0;
-        if (d > 0) stack->child[d - 1] += duration;
-        else *thread_time += duration;
-        count(stats, id, duration, self, outermost);
+        if (d > 0) {
+            stack->child[d - 1] += duration;
+            if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
+        } else {
+            *thread_time += duration;
+        }
+        count(stats, id, duration, self, self_with_library(duration, stack->child[d], stack->library_child[d]),
+              outermost);
         out->ids[rows] = id;
         out->starts[rows] = stack->starts[d];
         out->ends[rows] = end;

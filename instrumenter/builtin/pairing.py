@@ -22,13 +22,14 @@ DEPTH = 4096
 
 
 class _Stack(ctypes.Structure):
-    _fields_ = [("ids", _I64), ("starts", _I64), ("child", _I64), ("depth", ctypes.c_int64),
+    _fields_ = [("ids", _I64), ("starts", _I64), ("child", _I64), ("library_child", _I64), ("depth", ctypes.c_int64),
                 ("capacity", ctypes.c_int64), ("deep", ctypes.c_int64)]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = [("count", _I64), ("sum", _I64), ("inside", _I64), ("self", _I64), ("min", _I64), ("max", _I64),
-                ("histogram", _I64), ("buckets", ctypes.c_int64), ("log_ratio", ctypes.c_double)]
+                ("histogram", _I64), ("self_library", _I64), ("library", _U8), ("buckets", ctypes.c_int64),
+                ("log_ratio", ctypes.c_double)]
 
 
 class _Rows(ctypes.Structure):
@@ -64,7 +65,9 @@ def _p(array: np.ndarray, kind=_I64):
 @dataclass
 class Counts:
     """Per task id: count, summed duration, time inside (outermost instances), self time, min, max (ns),
-    and a histogram of durations (``buckets`` per id, bucket of ``d``: ``floor(log(d) / log_ratio) + 1``)."""
+    a histogram of durations (``buckets`` per id, bucket of ``d``: ``floor(log(d) / log_ratio) + 1``), and
+    self time with the child tasks of a library counted in (``library``: per id, whether it is a library's
+    task: a oneDNN primitive is its calling operator's implementation)."""
 
     count: np.ndarray
     sum: np.ndarray
@@ -73,11 +76,14 @@ class Counts:
     min: np.ndarray
     max: np.ndarray
     histogram: np.ndarray
+    self_library: np.ndarray
+    library: np.ndarray  # uint8
     log_ratio: float
 
     def _struct(self) -> _Stats:
         return _Stats(_p(self.count), _p(self.sum), _p(self.inside), _p(self.self), _p(self.min), _p(self.max),
-                      _p(self.histogram), self.histogram.shape[1], self.log_ratio)
+                      _p(self.histogram), _p(self.self_library), _p(self.library, _U8), self.histogram.shape[1],
+                      self.log_ratio)
 
 
 class Thread:
@@ -87,7 +93,8 @@ class Thread:
         self.ids = np.zeros(DEPTH, np.int64)
         self.starts = np.zeros(DEPTH, np.int64)
         self.child = np.zeros(DEPTH, np.int64)
-        self.stack = _Stack(_p(self.ids), _p(self.starts), _p(self.child), 0, DEPTH, 0)
+        self.library_child = np.zeros(DEPTH, np.int64)
+        self.stack = _Stack(_p(self.ids), _p(self.starts), _p(self.child), _p(self.library_child), 0, DEPTH, 0)
         self.open_count = np.zeros(max(ids, 64), np.int32)
         self.rows = _rows(0)  # room for the rows of a block, reused block after block
 

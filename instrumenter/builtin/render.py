@@ -14,6 +14,10 @@ from .taskstats import TORCH_DOMAIN
 _TOP = 12
 
 
+def _operator(task: TaskStats) -> bool:
+    return task.name.startswith(("aten::", "autograd::"))
+
+
 def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str]:
     """autoitt's domains first (the entry script's, then its modules'), then PyTorch, then the rest."""
     return sorted({t.domain for t in tasks},
@@ -32,11 +36,14 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
                       "resumed collection (see loops.json in the result folder).")
 
     for domain in _domain_order(summary.tasks, own_domain):
-        rows = [t for t in summary.tasks if t.domain == domain]
+        # the operators have their own table, below
+        rows = [t for t in summary.tasks if t.domain == domain and not (domain == TORCH_DOMAIN and _operator(t))]
+        if not rows:
+            continue
         rows.sort(key=lambda t: -t.total_s if domain != TORCH_DOMAIN else -t.self_s)
         title = f"Top tasks, domain {domain}" + (f" (top {_TOP} of {len(rows)} by self time)"
                                                 if domain == TORCH_DOMAIN and len(rows) > _TOP else "")
-        rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "% thread time"))
+        rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "total, % of thread time"))
         for task in rows[:_TOP] if domain == TORCH_DOMAIN else rows:
             rows_table.add_row(task.name, str(task.count), duration(task.total_s), duration(task.self_s),
                                duration(task.mean_s), duration(task.min_s), duration(task.max_s), f"{task.share:.1%}")
@@ -58,10 +65,13 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
     _render_ranks(summary, console)
 
     if summary.operators:
-        rows_table = table("Top PyTorch operators by self time", ("operator", "count", "self", "total",
-                                                                  "% thread time"))
+        thread_time = summary.thread_time_s
+        rows_table = table("Top PyTorch operators by self time, oneDNN included",
+                           ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
         for op in summary.operators:
-            rows_table.add_row(op.name, str(op.count), duration(op.self_s), duration(op.total_s), f"{op.share:.1%}")
+            own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
+            rows_table.add_row(op.name, str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
+                               f"{own / thread_time:.1%}" if thread_time else "")
         console.print(rows_table)
 
     for warning in summary.warnings:

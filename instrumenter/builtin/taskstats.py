@@ -32,7 +32,8 @@ def task_stats(aggregates: Aggregates) -> List[TaskStats]:
             continue
         stats.append(TaskStats(
             domain=domain, name=name, count=count, total_s=int(a.inside_ns[group]) / 1e9,
-            self_s=int(a.self_ns[group]) / 1e9, mean_s=int(a.sum_ns[group]) / count / 1e9,
+            self_s=int(a.self_ns[group]) / 1e9, self_with_library_s=int(a.self_library_ns[group]) / 1e9,
+            mean_s=int(a.sum_ns[group]) / count / 1e9,
             min_s=int(a.min_ns[group]) / 1e9, max_s=int(a.max_ns[group]) / 1e9,
             p50_s=a.percentile_ns(group, 0.50) / 1e9, p95_s=a.percentile_ns(group, 0.95) / 1e9,
             p99_s=a.percentile_ns(group, 0.99) / 1e9,
@@ -120,7 +121,7 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
     a = aggregates
     stats = task_stats(a)
     operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(("aten::", "autograd::"))),
-                       key=lambda s: -s.self_s)[:top]
+                       key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
     if a.unfinished:
         warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them); they end at the last event")
