@@ -44,6 +44,8 @@ class Finished:
 
     exit_code: Optional[int]
     elapsed_s: float
+    #: when the run started, seconds since the epoch (``time.time()``)
+    started_at: Optional[float] = None
 
 
 class Backend(ABC):

@@ -90,7 +90,7 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
                        command=command, notes=notes, trace_steps=options.trace_steps)
     record.save(folder)  # before the run, so a run that never ends can still be reported
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
-    record = record.ended(finished.exit_code, finished.elapsed_s)
+    record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at)
     try:
         record.save(folder)
     except OSError as exc:

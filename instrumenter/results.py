@@ -45,9 +45,11 @@ class RunRecord:
     exit_code: Optional[int] = None
     #: ``--trace-steps``: which steps trace.json keeps every task of (built-in backend)
     trace_steps: str = "auto"
+    #: when the run started, seconds since the epoch (None: not recorded)
+    started_at: Optional[float] = None
 
-    def ended(self, exit_code: Optional[int], elapsed_s: float) -> "RunRecord":
-        return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s)
+    def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None) -> "RunRecord":
+        return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s, started_at=started_at)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / RUN_FILE, (json.dumps(asdict(self), indent=2) + "\n").encode())

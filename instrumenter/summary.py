@@ -99,6 +99,10 @@ class Summary:
     stragglers: List[Straggler] = field(default_factory=list)
     #: what trace.json holds when it leaves tasks out (a long run's operators outside a window of steps)
     trace_window: Optional[str] = None
+    #: where the run's time went, in its main process: ``before_s`` (start-up, imports, data preparation:
+    #: until the first resume), ``collected_s``, ``between_s`` (between collection windows), ``after_s``
+    #: (after the last pause); None when the run's start was not recorded
+    run_split: Optional[Dict[str, float]] = None
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
 

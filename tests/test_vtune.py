@@ -504,7 +504,8 @@ def test_raw_csvs_logs_and_results_are_kept_in_the_result_folder(tiny_run):
 def test_the_json_keeps_the_builtin_fields(tiny_run):
     _, summary, _, _ = tiny_run
     assert {"elapsed_s", "collected_s", "processes", "threads", "events", "tasks", "steps", "operators",
-            "unfinished", "warnings", "vtune", "thread_time_s", "ranks", "stragglers", "trace_window"} == set(summary)
+            "unfinished", "warnings", "vtune", "thread_time_s", "ranks", "stragglers", "trace_window",
+            "run_split"} == set(summary)
     assert summary["elapsed_s"] > 0 and summary["collected_s"] > 0
 
 

@@ -42,11 +42,11 @@ class BuiltinBackend(Backend):
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
         env = dict(os.environ)
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit))
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
         command = list(under_launcher(job.options.launcher, job.command))
         process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
-        return Finished(target.wait(process), time.perf_counter() - started)
+        return Finished(target.wait(process), time.perf_counter() - started, started_at)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
         """Read the traces once, for the statistics and the timeline; write trace.json, summary.json and
@@ -56,7 +56,7 @@ class BuiltinBackend(Backend):
         from .aggregate import aggregate
         from .plot import step_time_svg
         from .ranks import rank_stats, stragglers
-        from .taskstats import summarize
+        from .taskstats import run_split, summarize
         from .scan import scan_trace_dir
         from .timeline import StepWindow, keep_policy, timeline
 
@@ -67,6 +67,7 @@ class BuiltinBackend(Backend):
         labels, domains = instrumentation.step_labels, instrumentation.domains
         found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
         summary = summarize(found, record.elapsed_s, labels, domains)
+        summary.run_split = run_split(traces, found.windows, record)
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(skipped)

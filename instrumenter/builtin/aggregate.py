@@ -79,6 +79,8 @@ class Aggregates:
     warnings: List[str] = field(default_factory=list)
     #: a file reached its trace limit: ``kept`` stops there, the statistics do not
     limited: bool = False
+    #: per pid, its collection windows (resume to pause), monotonic ns
+    windows: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
 
     def percentile_ns(self, groups: Union[int, Sequence[int]], q: float) -> float:
         """The ``q`` quantile (0..1) of the durations of a group (or of several together), within
@@ -264,19 +266,19 @@ class _Process:
         return [(self.trace.domain_name(a), self.trace.string_name(b)) for a, b in self.pointers]
 
 
-def collected_ns(trace: ProcessTrace, last_ts: int, start_paused: bool) -> int:
-    """Time between each resume and the next pause or detach, in one process."""
-    total = 0
+def collection_windows(trace: ProcessTrace, last_ts: int, start_paused: bool) -> List[Tuple[int, int]]:
+    """Each resume and the next pause or detach (or the process's last event), in one process."""
+    windows = []
     running_since = None if start_paused else trace.start_ns
     for ts, kind, _tid in sorted(trace.controls):
         if kind == KIND_RESUME and running_since is None:
             running_since = ts
         elif kind in (KIND_PAUSE, KIND_DETACH) and running_since is not None:
-            total += ts - running_since
+            windows.append((running_since, ts))
             running_since = None
     if running_since is not None:
-        total += max(last_ts, max((c[0] for c in trace.controls), default=0)) - running_since
-    return total
+        windows.append((running_since, max(last_ts, max((c[0] for c in trace.controls), default=0))))
+    return windows
 
 
 def aggregate(scans: Iterable[Scan], own_domains: Iterable[str], keep: Keep, start_paused: bool = True,
@@ -294,7 +296,8 @@ def aggregate(scans: Iterable[Scan], own_domains: Iterable[str], keep: Keep, sta
         process.finish()
         processes.append(process)
     merged = _merge(processes, keep, own)
-    merged.collected_ns = sum(collected_ns(p.trace, p.max_ts, start_paused) for p in processes)
+    merged.windows = {p.trace.pid: collection_windows(p.trace, p.max_ts, start_paused) for p in processes}
+    merged.collected_ns = sum(end - start for windows in merged.windows.values() for start, end in windows)
     return merged
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from ..console import collected_line, duration, table
 from ..summary import Summary, TaskStats
-from .taskstats import TORCH_DOMAIN
+from .taskstats import TORCH_DOMAIN, split_notes
 
 _TOP = 12
 
@@ -31,6 +31,15 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
     console.print(f"  elapsed {duration(summary.elapsed_s)}; collected (resume..pause) "
                   f"{duration(summary.collected_s)}{share}; {summary.processes} process(es), "
                   f"{summary.threads} thread(s), {summary.events} events")
+    split = summary.run_split
+    if split and summary.elapsed_s > 0:
+        parts = (("before training", "before_s"), ("collected", "collected_s"),
+                 ("between collection windows", "between_s"), ("after the last pause", "after_s"))
+        console.print("  where the run went: " + ", ".join(
+            f"{label} {duration(split[key])} ({split[key] / summary.elapsed_s:.0%})" for label, key in parts
+            if split[key] >= 0.001 or key == "collected_s"))
+        for note in split_notes(split, summary.elapsed_s):
+            console.print(f"  [yellow]note:[/yellow] {note}")
     if not summary.tasks:
         console.print("[yellow]No ITT tasks were recorded.[/yellow] Either no training region ran, or it never "
                       "resumed collection (see loops.json in the result folder).")

@@ -8,7 +8,7 @@ the run's own domains'); output is the plain dataclasses of
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -138,3 +138,43 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         unfinished=a.unfinished,
         warnings=warnings,
     )
+
+
+#: A part of the run worth a note, as a share of it.
+LARGE_PART = 0.5
+
+
+def run_split(traces, windows: Dict[int, List[Tuple[int, int]]], record) -> Optional[Dict[str, float]]:
+    """Where the run's time went in its main process (the first one started that no other traced process
+    started): before the first collection window, in windows, between them, after the last one."""
+    if record.started_at is None or not traces:
+        return None
+    pids = {trace.pid for trace in traces}
+    main = min((t for t in traces if t.ppid not in pids), key=lambda t: t.wall_start_ns, default=traces[0])
+    spans = windows.get(main.pid, [])
+
+    def wall(ts: int) -> float:  # monotonic ns of the main process, to seconds since the run started
+        return (main.wall_start_ns + ts - main.start_ns) / 1e9 - record.started_at
+
+    elapsed = record.elapsed_s
+    if not spans:
+        return {"before_s": elapsed, "collected_s": 0.0, "between_s": 0.0, "after_s": 0.0}
+    before = min(max(wall(spans[0][0]), 0.0), elapsed)
+    collected = sum(end - start for start, end in spans) / 1e9
+    after = min(max(elapsed - wall(spans[-1][1]), 0.0), elapsed - before)
+    return {"before_s": before, "collected_s": collected,
+            "between_s": max(elapsed - before - collected - after, 0.0), "after_s": after}
+
+
+def split_notes(split: Optional[Dict[str, float]], elapsed_s: float) -> List[str]:
+    """A sentence for each large part of the run outside collection."""
+    if not split or elapsed_s <= 0:
+        return []
+    notes = []
+    if split["before_s"] / elapsed_s >= LARGE_PART:
+        notes.append(f"{split['before_s'] / elapsed_s:.0%} of the run is before training starts (start-up, "
+                     "imports, data preparation: not collected)")
+    if split["after_s"] / elapsed_s >= LARGE_PART / 2:
+        notes.append(f"{split['after_s'] / elapsed_s:.0%} of the run is after the last pause (a final "
+                     "evaluation, saving, shutdown: not collected)")
+    return notes
