@@ -37,6 +37,9 @@ typedef struct {                  /* per task id; NULL count: pair only */
     int64_t *count, *sum, *inside, *self, *min, *max, *histogram;
     int64_t *self_library;         /* self time with the library child tasks counted in */
     const uint8_t *library;        /* the task is a library's (its time is its caller's implementation) */
+    int64_t *child_time;           /* per parent id, its direct children's time per category: ids x categories */
+    const uint8_t *category;       /* per id, its category (a phase of a step) */
+    int64_t categories;
     int64_t buckets;
     double log_ratio;
 } task_stats;
@@ -107,6 +110,8 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
         if (d > 0) {
             stack->child[d - 1] += duration;
             if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
+            if (stats->child_time)
+                stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
         } else {
             *thread_time += duration;
         }
@@ -139,6 +144,8 @@ EXPORT int64_t autoitt_close(int64_t end, open_stack *stack, int32_t *open_count
         if (d > 0) {
             stack->child[d - 1] += duration;
             if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
+            if (stats->child_time)
+                stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
         } else {
             *thread_time += duration;
         }

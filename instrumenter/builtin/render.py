@@ -70,6 +70,10 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
             f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
             f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
         )
+        if step.phases:
+            console.print("  phases, per step (every step): " + ", ".join(
+                f"{name} {duration(phase['seconds_per_step'])} ({phase['share']:.0%})"
+                for name, phase in step.phases.items() if phase["share"] >= 0.005))
 
     _render_ranks(summary, console)
 

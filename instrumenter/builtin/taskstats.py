@@ -8,11 +8,13 @@ the run's own domains'); output is the plain dataclasses of
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from ..summary import StepStats, Summary, TaskStats
+from . import phases
 from .aggregate import Aggregates, Intervals
 
 #: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
@@ -64,6 +66,11 @@ def warmup(nanoseconds: np.ndarray) -> int:
     return int(np.argmax(settled)) if settled.any() else 0
 
 
+def _step_ids(groups: List[tuple], label: str, domains: Optional[Iterable[str]]) -> List[int]:
+    wanted = None if domains is None else set(domains)
+    return [g for g, (domain, name) in enumerate(groups) if name == label and (wanted is None or domain in wanted)]
+
+
 def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
                domains: Optional[Iterable[str]] = None, totals: Optional[Aggregates] = None) -> List[StepStats]:
     """Per step label, on autoitt's own domains (``None``: any domain): the finished instances, in the
@@ -73,10 +80,9 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     ``totals``: a run past its trace limit, whose ``kept`` stops at the limit: count, mean, median and p95
     come from its statistics (percentiles within ``aggregate.PERCENTILE_ERROR``), the first step and the
     durations (the plot's) from ``kept``."""
-    wanted = None if domains is None else set(domains)
     result = []
     for label in step_labels:
-        ids = [g for g, (domain, name) in enumerate(groups) if name == label and (wanted is None or domain in wanted)]
+        ids = _step_ids(groups, label, domains)
         if not ids:
             continue
         mask = np.isin(kept.group, ids) & kept.finished
@@ -115,6 +121,28 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     return result
 
 
+def step_phases(found: Aggregates, ids: List[int]) -> Dict[str, Dict[str, float]]:
+    """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over every step of the run."""
+    steps = int(found.count[ids].sum())
+    if not steps:
+        return {}
+    own = found.child_time[ids].sum(axis=0)
+    # the task holding the steps (the step loop): its time outside them is waiting for the next batch
+    holders = [g for g in np.flatnonzero(found.child_time[:, phases.STEP]).tolist() if g not in ids]
+    between = sum(int(found.self_ns[g]) + int(found.child_time[g, phases.DATA]) for g in holders)
+    times = {"data": between + int(own[phases.DATA])}
+    if own[[phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER]].any():
+        times.update(forward=int(own[phases.FORWARD]), backward=int(own[phases.BACKWARD]),
+                     optimizer=int(own[phases.OPTIMIZER]),
+                     other_ops=int(own[[phases.OTHER_OPS, phases.STEP, phases.OWN]].sum()))
+    else:
+        times["compute"] = int(own[[phases.OTHER_OPS, phases.STEP, phases.OWN]].sum())
+    times["python"] = int(found.self_ns[ids].sum())
+    total = sum(times.values())
+    return {name: {"seconds_per_step": ns / steps / 1e9, "share": ns / total if total else 0.0}
+            for name, ns in times.items()}
+
+
 def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[str],
               domains: Optional[Iterable[str]], top: int = 15) -> Summary:
     """The summary of a run from its aggregates."""
@@ -133,7 +161,8 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None),
+        steps=[replace(step, phases=step_phases(a, _step_ids(a.groups, step.label, domains)))
+               for step in step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None)],
         operators=operators,
         unfinished=a.unfinished,
         warnings=warnings,
