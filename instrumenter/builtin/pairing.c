@@ -72,10 +72,39 @@ static void count(task_stats *s, int64_t id, int64_t duration, int64_t self, int
     s->histogram[id * s->buckets + bucket]++;
 }
 
-/* Pairs n records (ids: the task id of each begin) after the tasks open in
- * `stack`; open_count[id] counts the open instances of each task (for "outermost": an instance inside
- * another of its own task is not).  Returns the number of rows written to `out`; adds to *thread_time
- * the duration of instances at depth 0, and to *unfinished the ends flagged F_UNFINISHED. */
+/* Ends the innermost open task at `end` (`extra_child`: its child time the records do not hold): counts it,
+ * adds its time to its parent (or to the thread time at depth 0), and writes its row to out[row]. */
+static void close_top(open_stack *stack, int32_t *open_count, task_stats *stats, closed_rows *out, int64_t row,
+                      int64_t end, int64_t extra_child, int finished, int64_t *thread_time)
+{
+    int64_t d = --stack->depth;
+    int64_t id = stack->ids[d];
+    int64_t duration = end > stack->starts[d] ? end - stack->starts[d] : 0;
+    int64_t child = stack->child[d] + extra_child;
+    int64_t self = duration > child ? duration - child : 0;
+    int outermost = --open_count[id] == 0;
+    if (d > 0) {
+        stack->child[d - 1] += duration;
+        if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
+        if (stats->child_time)
+            stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
+    } else {
+        *thread_time += duration;
+    }
+    count(stats, id, duration, self, self_with_library(duration, child, stack->library_child[d]), outermost);
+    out->ids[row] = id;
+    out->starts[row] = stack->starts[d];
+    out->ends[row] = end;
+    out->self[row] = self;
+    out->depth[row] = d;
+    out->outermost[row] = (uint8_t)outermost;
+    out->finished[row] = (uint8_t)finished;
+}
+
+/* Pairs n records (ids: the task id of each begin) after the tasks open in `stack`; open_count[id] counts the
+ * open instances of each task (for "outermost": an instance inside another of its own task is not).  Returns
+ * the number of rows written to `out`; adds to *thread_time the duration of instances at depth 0, and to
+ * *unfinished the ends flagged F_UNFINISHED. */
 EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids, open_stack *stack,
                             int32_t *open_count, task_stats *stats, closed_rows *out, int64_t *thread_time,
                             int64_t *unfinished)
@@ -99,32 +128,10 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
         }
         if (stack->deep > 0) { stack->deep--; continue; }
         if (stack->depth == 0) continue; /* an end whose begin was dropped (collection was paused) */
-        int64_t d = --stack->depth;
-        int64_t id = stack->ids[d];
-        int64_t duration = r->ts - stack->starts[d];
-        if (duration < 0) duration = 0;
-        int64_t child = stack->child[d] + ((r->flags & F_CHILD_NS) ? (int64_t)r->b : 0);
-        int64_t self = duration > child ? duration - child : 0;
-        int outermost = --open_count[id] == 0;
         int finished = !(r->flags & F_UNFINISHED);
-        if (d > 0) {
-            stack->child[d - 1] += duration;
-            if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
-            if (stats->child_time)
-                stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
-        } else {
-            *thread_time += duration;
-        }
         *unfinished += !finished;
-        count(stats, id, duration, self, self_with_library(duration, child, stack->library_child[d]), outermost);
-        out->ids[rows] = id;
-        out->starts[rows] = stack->starts[d];
-        out->ends[rows] = r->ts;
-        out->self[rows] = self;
-        out->depth[rows] = d;
-        out->outermost[rows] = (uint8_t)outermost;
-        out->finished[rows] = (uint8_t)finished;
-        rows++;
+        close_top(stack, open_count, stats, out, rows++, r->ts, (r->flags & F_CHILD_NS) ? (int64_t)r->b : 0,
+                  finished, thread_time);
     }
     return rows;
 }
@@ -135,30 +142,7 @@ EXPORT int64_t autoitt_close(int64_t end, open_stack *stack, int32_t *open_count
 {
     int64_t rows = 0;
     stack->deep = 0;
-    while (stack->depth > 0) {
-        int64_t d = --stack->depth;
-        int64_t id = stack->ids[d];
-        int64_t duration = end > stack->starts[d] ? end - stack->starts[d] : 0;
-        int64_t self = duration > stack->child[d] ? duration - stack->child[d] : 0;
-        int outermost = --open_count[id] == 0;
-        if (d > 0) {
-            stack->child[d - 1] += duration;
-            if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
-            if (stats->child_time)
-                stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
-        } else {
-            *thread_time += duration;
-        }
-        count(stats, id, duration, self, self_with_library(duration, stack->child[d], stack->library_child[d]),
-              outermost);
-        out->ids[rows] = id;
-        out->starts[rows] = stack->starts[d];
-        out->ends[rows] = end;
-        out->self[rows] = self;
-        out->depth[rows] = d;
-        out->outermost[rows] = (uint8_t)outermost;
-        out->finished[rows] = 0;
-        rows++;
-    }
+    while (stack->depth > 0)
+        close_top(stack, open_count, stats, out, rows++, end, 0, 0, thread_time);
     return rows;
 }
