@@ -87,7 +87,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     copy = copy_path(script, folder)
     command = launch.command(copy, script, args, folder / INSTRUMENTATION_FILE)
     record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
-                       command=command, notes=notes, trace_steps=options.trace_steps)
+                       command=command, notes=notes, trace_steps=options.trace_steps,
+                       first_step=options.mode.skip_steps + 1)
     record.save(folder)  # before the run, so a run that never ends can still be reported
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
     record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at)

@@ -47,6 +47,8 @@ class RunRecord:
     trace_steps: str = "auto"
     #: when the run started, seconds since the epoch (None: not recorded)
     started_at: Optional[float] = None
+    #: the number of the first step collected (``--skip-steps N``: N + 1), counted across epochs
+    first_step: int = 1
 
     def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None) -> "RunRecord":
         return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s, started_at=started_at)

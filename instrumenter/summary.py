@@ -55,6 +55,9 @@ class StepStats:
     #: median and p95 of the steps after the warm-up
     steady_median_s: float = 0.0
     steady_p95_s: float = 0.0
+    #: the run's number of the first step here (``--skip-steps N`` collects from step N + 1; steps are counted
+    #: across epochs): ``first_s`` is that step's, and the warm-up counts from it
+    first_step: int = 1
     #: where a step's time goes (:mod:`instrumenter.builtin.phases`): phase -> {"seconds_per_step", "share"},
     #: the shares summing to 1; empty with VTune, and in a rank's steps
     phases: Dict[str, Dict[str, float]] = field(default_factory=dict)

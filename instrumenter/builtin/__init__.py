@@ -66,7 +66,7 @@ class BuiltinBackend(Backend):
         steps = StepWindow.parse(record.trace_steps)
         labels, domains = instrumentation.step_labels, instrumentation.domains
         found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
-        summary = summarize(found, record.elapsed_s, labels, domains)
+        summary = summarize(found, record.elapsed_s, labels, domains, first_step=record.first_step)
         summary.run_split = run_split(traces, found.windows, record)
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)

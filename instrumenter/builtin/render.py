@@ -66,6 +66,8 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
                        f"{duration(step.steady_p95_s)}, mean {duration(step.steady_mean_s)}")
         else:
             settled = f"no warm-up; first step {duration(step.first_s)}"
+        if step.first_step > 1:
+            settled += f" (counted from step {step.first_step}, the first collected: --skip-steps)"
         console.print(
             f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
             f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"

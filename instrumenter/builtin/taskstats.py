@@ -144,7 +144,7 @@ def step_phases(found: Aggregates, ids: List[int]) -> Dict[str, Dict[str, float]
 
 
 def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[str],
-              domains: Optional[Iterable[str]], top: int = 15) -> Summary:
+              domains: Optional[Iterable[str]], top: int = 15, first_step: int = 1) -> Summary:
     """The summary of a run from its aggregates."""
     a = aggregates
     stats = task_stats(a)
@@ -161,7 +161,7 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=[replace(step, phases=step_phases(a, _step_ids(a.groups, step.label, domains)))
+        steps=[replace(step, phases=step_phases(a, _step_ids(a.groups, step.label, domains)), first_step=first_step)
                for step in step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None)],
         operators=operators,
         unfinished=a.unfinished,
