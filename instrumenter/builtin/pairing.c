@@ -33,7 +33,7 @@ typedef struct {
     int64_t deep;
 } open_stack;
 
-typedef struct {                  /* per task id; NULL count: pair only */
+typedef struct {                  /* per task id */
     int64_t *count, *sum, *inside, *self, *min, *max, *histogram;
     int64_t *self_library;         /* self time with the library child tasks counted in */
     const uint8_t *library;        /* the task is a library's (its time is its caller's implementation) */
@@ -59,7 +59,6 @@ static int64_t self_with_library(int64_t duration, int64_t child, int64_t librar
 static void count(task_stats *s, int64_t id, int64_t duration, int64_t self, int64_t self_library,
                   int outermost)
 {
-    if (!s->count) return;
     s->count[id]++;
     s->sum[id] += duration;
     s->self[id] += self;
@@ -85,9 +84,8 @@ static void close_top(open_stack *stack, int32_t *open_count, task_stats *stats,
     int outermost = --open_count[id] == 0;
     if (d > 0) {
         stack->child[d - 1] += duration;
-        if (stats->library && stats->library[id]) stack->library_child[d - 1] += duration;
-        if (stats->child_time)
-            stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
+        if (stats->library[id]) stack->library_child[d - 1] += duration;
+        stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
     } else {
         *thread_time += duration;
     }

@@ -128,17 +128,17 @@ def _done(arrays, rows: int) -> Rows:
     return ids, starts, ends, selfs, depths, outermost.view(np.bool_), finished.view(np.bool_)
 
 
-def pair(thread: Thread, records: np.ndarray, ids: np.ndarray, counts: Optional[Counts]) -> Tuple[Rows, int, int]:
+def pair(thread: Thread, records: np.ndarray, ids: np.ndarray, counts: Counts) -> Tuple[Rows, int, int]:
     """Pairs one block of a thread's records (:data:`~.tracefile.RECORD`, begins and ends; ``ids``: each
-    begin's task id) after its open tasks; counts each closed instance into ``counts`` (``None``: pairs
-    only). Returns (ids, starts, ends, self times, depths, outermost, finished) in closing order (views of
-    the thread's buffers, valid until its next call), the
-    thread time added (instances at depth 0) and the ends flagged unfinished."""
+    begin's task id) after its open tasks; counts each closed instance into ``counts``. Returns (ids,
+    starts, ends, self times, depths, outermost, finished) in closing order (views of the thread's buffers,
+    valid until its next call), the thread time added (instances at depth 0) and the ends flagged
+    unfinished."""
     records = np.ascontiguousarray(records)
     n = len(records)
     arrays, out = _room(thread, n)
     thread_time, unfinished = ctypes.c_int64(0), ctypes.c_int64(0)
-    stats = counts._struct() if counts is not None else _Stats()
+    stats = counts._struct()
     rows = _lib().autoitt_pair(
         ctypes.c_int64(n), records.ctypes.data_as(ctypes.c_void_p), _p(ids), ctypes.byref(thread.stack),
         thread.open_count.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ctypes.byref(stats), ctypes.byref(out),
@@ -146,11 +146,11 @@ def pair(thread: Thread, records: np.ndarray, ids: np.ndarray, counts: Optional[
     return _done(arrays, rows), thread_time.value, unfinished.value
 
 
-def close(thread: Thread, end: int, counts: Optional[Counts]) -> Tuple[Rows, int]:
+def close(thread: Thread, end: int, counts: Counts) -> Tuple[Rows, int]:
     """Ends the thread's open tasks at ``end``, unfinished; counted like :func:`pair`'s."""
     arrays, out = _rows(max(thread.stack.depth, 1))
     thread_time = ctypes.c_int64(0)
-    stats = counts._struct() if counts is not None else _Stats()
+    stats = counts._struct()
     rows = _lib().autoitt_close(ctypes.c_int64(end), ctypes.byref(thread.stack),
                                 thread.open_count.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                                 ctypes.byref(stats), ctypes.byref(out), ctypes.byref(thread_time))

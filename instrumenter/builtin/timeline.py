@@ -27,7 +27,7 @@ timeline's, whatever the run's length.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Set, Tuple
+from typing import Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -68,12 +68,6 @@ class StepWindow:
             else:
                 raise ValueError(f"{part!r}: expected A-B (steps A to B), A (one step) or -N (the last N steps)")
         return cls(ranges=tuple(ranges), last=last)
-
-    def chosen(self, count: int) -> List[int]:
-        """The 0-based indices of the chosen steps among ``count``."""
-        picked: Set[int] = {i for first, last in self.ranges for i in range(first - 1, min(last, count))}
-        picked.update(range(max(count - self.last, 0), count))
-        return sorted(picked)
 
 
 def timeline(found: Aggregates, step_labels: Iterable[str], domains: Iterable[str],

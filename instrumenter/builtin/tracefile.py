@@ -224,8 +224,6 @@ KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS = 16, 17, 18, 1
 _EVENT_KINDS = {KIND_BEGIN: "begin", KIND_END: "end", KIND_PAUSE: "pause",
                 KIND_RESUME: "resume", KIND_DETACH: "detach", KIND_LIMIT: "limit"}
 _NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME)
-#: end record flags (bit 0 is scoped pause/resume)
-FLAG_CHILD_NS, FLAG_UNFINISHED = 2, 4
 _STATS_HEAD = struct.Struct("<8Q")
 
 
