@@ -15,7 +15,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 
 from ._linemap import NEWLINE
-from ._node_types import HOLDING_FIELDS, STATEMENT_HOLDERS
+from ._node_types import STATEMENT_HOLDERS, with_held
 
 #: An inserted node and the original line its first line is shown as (None: the line it precedes).
 Inserted = Tuple[cst.CSTNode, Optional[int]]
@@ -143,27 +143,13 @@ def _standing_in(node: cst.CSTNode, shared: Dict[int, Shared]) -> cst.CSTNode:
     looked into: their statements are generated with no argument from their
     parent (an ``elif`` is not, and stays a node).
     """
-    changes = {}
-    for name in HOLDING_FIELDS:
-        value = getattr(node, name, None)
-        if type(value) in STATEMENT_HOLDERS:
-            new = _standing_in(value, shared)
-        elif isinstance(value, (list, tuple)):
-            listed = name == "body"
-            new = []
-            for item in value:
-                kept = shared.get(id(item)) if listed else None
-                if kept is not None and kept[0] is item:
-                    new.append(_Generated(kept[1], kept[2]))
-                else:
-                    new.append(_standing_in(item, shared) if type(item) in STATEMENT_HOLDERS else item)
-            if all(a is b for a, b in zip(new, value)):
-                continue
-        else:
-            continue
-        if new is not value:
-            changes[name] = new
-    return node.with_changes(**changes) if changes else node
+    def replace(item: cst.CSTNode, listed: bool) -> cst.CSTNode:
+        kept = shared.get(id(item)) if listed else None
+        if kept is not None and kept[0] is item:
+            return _Generated(kept[1], kept[2])
+        return _standing_in(item, shared) if type(item) in STATEMENT_HOLDERS else item
+
+    return with_held(node, replace)
 
 
 def generate_reusing(module: cst.Module, copy: cst.Module, shared: Dict[int, Shared]) -> bytes:

@@ -8,7 +8,7 @@ script. A ``type(node) in SET`` lookup costs nothing of the kind.
 
 from __future__ import annotations
 
-from typing import FrozenSet
+from typing import Callable, FrozenSet
 
 import libcst as cst
 
@@ -34,3 +34,22 @@ STATEMENT_HOLDERS = concrete(cst.Module, cst.BaseCompoundStatement, cst.Indented
 #: The fields through which a holder holds statements (a suite or a statement list, except handlers, else,
 #: finally, match cases), in the order libcst visits them, which is the order of the statements.
 HOLDING_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def with_held(node: cst.CSTNode, replace: Callable[[cst.CSTNode, bool], cst.CSTNode]) -> cst.CSTNode:
+    """``node`` (a statement holder) with what it holds replaced, one level down: a holder in one of its
+    :data:`HOLDING_FIELDS` by ``replace(holder, False)``, each item of a list there by ``replace(item,
+    listed)`` (``listed``: the list is a statement list, ``body``); ``node`` itself when nothing changed."""
+    changes = {}
+    for name in HOLDING_FIELDS:
+        value = getattr(node, name, None)
+        if type(value) in STATEMENT_HOLDERS:
+            new = replace(value, False)
+            if new is not value:
+                changes[name] = new
+        elif isinstance(value, (list, tuple)):
+            listed = name == "body"
+            new = [replace(item, listed) for item in value]
+            if not all(a is b for a, b in zip(new, value)):
+                changes[name] = new
+    return node.with_changes(**changes) if changes else node

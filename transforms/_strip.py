@@ -19,7 +19,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ._errors import RewriteError, SourceError
 from ._markers import INSTRUMENTED_MARKER, MarkerMatcher, dotted
-from ._node_types import HOLDING_FIELDS, STATEMENT_HOLDERS
+from ._node_types import STATEMENT_HOLDERS, with_held
 
 #: The holders whose ``body`` is a list of statements, where the wrappings are.
 _STATEMENT_LISTS = (cst.Module, cst.IndentedBlock)
@@ -39,24 +39,10 @@ class _MarkerStripper:
 
     def strip(self, node: cst.CSTNode) -> cst.CSTNode:
         """``node`` (a statement holder) with the wrappings in it and below it unwrapped."""
-        changes = {}
-        for name in HOLDING_FIELDS:
-            value = getattr(node, name, None)
-            if type(value) in STATEMENT_HOLDERS:
-                new = self._child(value)
-            elif isinstance(value, (list, tuple)):
-                new = [self._child(item) for item in value]
-                if all(a is b for a, b in zip(new, value)):
-                    continue
-            else:
-                continue
-            if new is not value:
-                changes[name] = new
-        if changes:
-            node = node.with_changes(**changes)
+        node = with_held(node, self._child)
         return self._unwrap_in(node) if type(node) in _STATEMENT_LISTS else node
 
-    def _child(self, node):
+    def _child(self, node, _listed: bool = False):
         # Markers live only in statement lists, and none in the subtrees the rewrite left untouched.
         return self.strip(node) if type(node) in STATEMENT_HOLDERS and id(node) not in self._untouched else node
 
