@@ -69,8 +69,8 @@ class Backend(ABC):
 
     @abstractmethod
     def render(self, summary: Summary, console: Console, *, script: str, result_dir: Path,
-               instrumentation: Instrumentation) -> None:
-        """Print ``summary`` for a person."""
+               instrumentation: Instrumentation, verbose: bool = False) -> None:
+        """Print ``summary`` for a person: one screen, or every table with ``verbose``."""
 
     def incomplete(self, summary: Summary) -> Optional[str]:
         """What the backend could not collect although the script ran (an input error: exit 2), if anything."""

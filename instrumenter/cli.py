@@ -21,7 +21,7 @@ import click
 
 from . import __version__
 from .diff import STYLES
-from .cli_options import VTUNE_FLAGS, trace_limit_option, trace_steps_option, vtune_options
+from .cli_options import VTUNE_FLAGS, trace_limit_option, trace_steps_option, verbose_option, vtune_options
 from .options import BACKENDS, VTuneOptions
 from .tally import Tally
 
@@ -274,10 +274,11 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
 @trace_steps_option
 @trace_limit_option
+@verbose_option
 @_mode_options
 @vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
-            trace_steps: str, trace_limit: Optional[int],
+            trace_steps: str, trace_limit: Optional[int], verbose: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
@@ -330,7 +331,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
         if code:
             ended["exit"] = shell_status(code)
         try:
-            summary = _show(done, as_json)
+            summary = _show(done, as_json, verbose=verbose)
         except KeyboardInterrupt:
             ended.setdefault("exit", _INTERRUPTED)
             tally.input_error(f"summary interrupted; `autoitt report {done.folder}` prints it from what was "
@@ -352,7 +353,8 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
               help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
                    "printing the saved summary.")
 @trace_steps_option
-def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Optional[str]) -> None:
+@verbose_option
+def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Optional[str], verbose: bool) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
 
     The summary saved by the run is printed as it is, whatever the run's length; it is read again from
@@ -366,13 +368,13 @@ def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Option
         done = load(result_dir)
         if trace_steps is not None:  # another window: the traces are read again
             done = dataclasses.replace(done, record=dataclasses.replace(done.record, trace_steps=trace_steps))
-        _show(done, as_json, recompute or trace_steps is not None)
+        _show(done, as_json, recompute or trace_steps is not None, verbose)
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))
 
 
-def _show(done, as_json: bool, recompute: bool = True):
+def _show(done, as_json: bool, recompute: bool = True, verbose: bool = False):
     """Read a profile's results (or its saved summary, without ``recompute``), print them (as JSON, or for a
     person); returns the summary."""
     summary = done.summarize(recompute)
@@ -382,7 +384,7 @@ def _show(done, as_json: bool, recompute: bool = True):
         from .console import console_for_stdout
 
         done.backend.render(summary, console_for_stdout(), script=done.record.script, result_dir=done.folder,
-                            instrumentation=done.instrumentation)
+                            instrumentation=done.instrumentation, verbose=verbose)
     return summary
 
 

@@ -88,3 +88,9 @@ trace_limit_option = click.option(
     callback=checked(parse_size),
     help="Bytes each process's trace file may take (500M, 10G, none); past them the collector counts tasks "
          "instead of recording them: statistics stay exact, the timeline stops. Built-in backend.")
+
+
+verbose_option = click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Show every table: the tasks of each domain (autoitt's regions, PyTorch's, oneDNN's) and all top "
+         "operators. Without it the summary is one screen: steps, phases, top operators, notes.")

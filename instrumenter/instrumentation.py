@@ -29,7 +29,8 @@ Format (version 1), a JSON object::
         "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]},
         "program": null,                   # a notebook: its code cells as one Python file, whose lines
                                            # line_map maps to (and tracebacks show)
-        "cells": null}]}                   # a notebook: [[first program line, cell index, cell id], ...]
+        "cells": null,                     # a notebook: [[first program line, cell index, cell id], ...]
+        "frameworks": ["torch"]}]}         # what it imports of torch, tensorflow (keras counts as tensorflow)
 
 ``line_map`` maps lines of ``runs`` to lines of ``path`` (of ``program``, for a notebook); see
 :class:`transforms.LineMap` (every line not listed in ``inserted`` is the next
@@ -74,6 +75,7 @@ class FileRecord:
     line_map: LineMap
     program: Optional[str] = None
     cells: Optional[Tuple[Tuple[int, int, Optional[str]], ...]] = None
+    frameworks: Tuple[str, ...] = ()
 
     @property
     def instrumented(self) -> bool:
@@ -85,7 +87,8 @@ class FileRecord:
                 "step_labels": list(self.step_labels),
                 "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
                 "line_map": self.line_map.to_json(), "program": self.program,
-                "cells": [list(cell) for cell in self.cells] if self.cells is not None else None}
+                "cells": [list(cell) for cell in self.cells] if self.cells is not None else None,
+                "frameworks": list(self.frameworks)}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
@@ -94,7 +97,8 @@ class FileRecord:
                    step_labels=tuple(data["step_labels"]),
                    runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
                    line_map=LineMap.from_json(data["line_map"]), program=data.get("program"),
-                   cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None)
+                   cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None,
+                   frameworks=tuple(data.get("frameworks", ())))
 
     def place(self, line: int) -> Tuple[Optional[int], int]:
         """(cell index, line in it) of a line of ``path``: (``None``, ``line``) outside a notebook."""

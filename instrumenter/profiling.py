@@ -204,4 +204,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       sha256=digest(item.notebook.data if item.notebook is not None else result.source.data),
                       regions=tuple(item.notebook.region_json(r) if item.notebook is not None else r.to_json()
                                     for r in result.regions),
-                      line_map=result.line_map)
+                      line_map=result.line_map,
+                      frameworks=tuple(name for name, used in (("torch", result.detection.uses_torch),
+                                                               ("tensorflow", result.detection.uses_tensorflow))
+                                       if used))

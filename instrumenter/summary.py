@@ -61,6 +61,13 @@ class StepStats:
     #: where a step's time goes (:mod:`instrumenter.builtin.phases`): phase -> {"seconds_per_step", "share"},
     #: the shares summing to 1; empty with VTune, and in a rank's steps
     phases: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    #: how many steps the phases are over: the steps after the warm-up whose tasks were kept (a run of more
+    #: than a million tasks keeps those of the timeline's window)
+    phase_steps: int = 0
+    #: oneDNN primitive creations during those steps, and their time per step (a creation hitting oneDNN's
+    #: primitive cache takes about a microsecond; much more per step means misses: shapes changing?)
+    steady_creations: int = 0
+    steady_creation_s: float = 0.0
 
 
 @dataclass(frozen=True)

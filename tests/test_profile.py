@@ -101,8 +101,19 @@ def test_report_prints_the_same_summary_again(torch_run):
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == summary
     human = autoitt("report", str(folder))
-    assert "Top tasks, domain autoitt.torch_train" in human.stdout
     assert "Step time (step, 16 steps)" in human.stdout
+    assert "Phases of `step`" in human.stdout
+
+
+def test_the_summary_fits_one_screen_and_verbose_adds_every_task_table(torch_run):
+    folder, _, _ = torch_run
+    short = autoitt("report", str(folder)).stdout
+    assert "Top tasks" not in short and "Top PyTorch operators" in short
+    assert len(short.splitlines()) <= 50
+    full = autoitt("report", "--verbose", str(folder)).stdout
+    for table in ("Top tasks, domain autoitt.torch_train", "Top tasks, domain PyTorch",
+                  "Top tasks, domain dnnl::primitive::execute"):
+        assert table in full
 
 
 def test_the_scripts_own_output_goes_to_stderr_with_json(torch_run):

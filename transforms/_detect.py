@@ -88,6 +88,8 @@ class Detection:
     resumes_collection: bool = False
     #: the ITT domains the script's own calls create, where their names are written out
     own_domains: Tuple[str, ...] = ()
+    #: the script imports TensorFlow or Keras (whose oneDNN tasks need TF_ENABLE_ONEDNN_OPTS on some CPUs)
+    uses_tensorflow: bool = False
     #: compound statement ordinal -> ordinal past its subtree; lets the rewrite skip untouched code
     spans: Dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -133,6 +135,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
         names_in_use=frozenset(index.names),
         resumes_collection=calls_itt(index, "resume"),
         own_domains=own_domains(index),
+        uses_tensorflow=index.imports.imports("tensorflow") or index.imports.imports("keras"),
         spans=index.spans,
     )
 

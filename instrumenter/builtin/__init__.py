@@ -97,10 +97,11 @@ class BuiltinBackend(Backend):
             return None
 
     def render(self, summary: Summary, console, *, script: str, result_dir: Path,
-               instrumentation: Instrumentation) -> None:
+               instrumentation: Instrumentation, verbose: bool = False) -> None:
         from .render import render
 
-        render(summary, console, script=script, result_dir=result_dir, own_domain=instrumentation.domain)
+        render(summary, console, script=script, result_dir=result_dir, instrumentation=instrumentation,
+               verbose=verbose)
 
 
 def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Summary) -> str:

@@ -29,7 +29,7 @@ from typing import Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from . import pairing, phases
+from . import pairing
 from .intervals import Intervals, Keep
 from .scan import Scan
 from .tracefile import KIND_BEGIN, KIND_DETACH, KIND_LIMIT, KIND_PAUSE, KIND_RESUME, ProcessTrace
@@ -61,8 +61,6 @@ class Aggregates:
     min_ns: np.ndarray
     max_ns: np.ndarray
     histogram: np.ndarray     # groups x BUCKETS
-    #: groups x phases.CATEGORIES: each group's direct children's time, by the children's category
-    child_time: np.ndarray
     kept: Intervals
     #: whether ``kept`` holds every instance (else the own domains' only, and ``window`` the others it keeps)
     kept_everything: bool
@@ -122,8 +120,6 @@ class _Process:
         self.max_ns = np.zeros(size, np.int64)
         self.self_library_ns = np.zeros(size, np.int64)
         self.library = np.zeros(size, np.uint8)  # per local id: a library's task (oneDNN), by its domain
-        self.category = np.zeros(size, np.uint8)  # per local id: its phase category (phases.CATEGORIES)
-        self.child_time = np.zeros((size, len(phases.CATEGORIES)), np.int64)
         self.histogram = np.zeros((size, BUCKETS), np.int64)
         self.threads: Dict[int, pairing.Thread] = {}
         self.last_ts: Dict[int, int] = {}
@@ -176,8 +172,6 @@ class _Process:
             if number >= len(self.count):
                 self._grow()
             self.library[number] = bool(name and name.startswith(LIBRARY_DOMAINS))
-            self.category[number] = phases.category(name, self.trace.strings.get(pair[1]), self.own_domains,
-                                                    self.step_labels)
         return number
 
     def _grow(self) -> None:
@@ -192,7 +186,6 @@ class _Process:
         self.inside_ns, self.self_ns = grown(self.inside_ns, 0), grown(self.self_ns, 0)
         self.min_ns, self.max_ns = grown(self.min_ns, np.iinfo(np.int64).max), grown(self.max_ns, 0)
         self.self_library_ns, self.library = grown(self.self_library_ns, 0), grown(self.library, 0)
-        self.category, self.child_time = grown(self.category, 0), grown(self.child_time, 0)
         self.histogram = grown(self.histogram, 0)
 
     # -- pairing ---------------------------------------------------------------------------------------
@@ -244,8 +237,7 @@ class _Process:
 
     def _counts(self) -> pairing.Counts:
         return pairing.Counts(self.count, self.sum_ns, self.inside_ns, self.self_ns, self.min_ns, self.max_ns,
-                              self.histogram, self.self_library_ns, self.library, self.child_time, self.category,
-                              _LOG_RATIO)
+                              self.histogram, self.self_library_ns, self.library, _LOG_RATIO)
 
     def _keep(self, tid: int, rows: pairing.Rows) -> None:
         """The closed instances kept (in the order they began): the own domains' always; the others while
@@ -339,7 +331,6 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
                   self_library_ns=np.zeros(size, np.int64),
                   min_ns=np.full(size, np.iinfo(np.int64).max, np.int64), max_ns=np.zeros(size, np.int64))
     histogram = np.zeros((size, BUCKETS), np.int64)
-    child_time = np.zeros((size, len(phases.CATEGORIES)), np.int64)
     kept: List[Intervals] = []
     window: List[Intervals] = []
     window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
@@ -351,7 +342,6 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
         np.minimum.at(merged["min_ns"], lut, process.min_ns[:used])
         np.maximum.at(merged["max_ns"], lut, process.max_ns[:used])
         np.add.at(histogram, lut, process.histogram[:used])
-        np.add.at(child_time, lut, process.child_time[:used])
         for tid in sorted(process.kept):
             for part in process.kept[tid]:
                 part.group = lut[part.group].astype(np.int32)
@@ -373,7 +363,7 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
     kept_all = Intervals.concat(kept, consume=True)
     merged["min_ns"][merged["count"] == 0] = 0
     return Aggregates(
-        groups=names, histogram=histogram, child_time=child_time, kept=kept_all, kept_everything=everything,
+        groups=names, histogram=histogram, kept=kept_all, kept_everything=everything,
         window=Intervals.concat(window), window_spans=window_spans, window_steps=window_steps,
         thread_time_ns=sum(p.thread_time_ns for p in processes), unfinished=sum(p.unfinished for p in processes),
         processes=len(processes),

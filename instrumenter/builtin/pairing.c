@@ -37,9 +37,6 @@ typedef struct {                  /* per task id */
     int64_t *count, *sum, *inside, *self, *min, *max, *histogram;
     int64_t *self_library;         /* self time with the library child tasks counted in */
     const uint8_t *library;        /* the task is a library's (its time is its caller's implementation) */
-    int64_t *child_time;           /* per parent id, its direct children's time per category: ids x categories */
-    const uint8_t *category;       /* per id, its category (a phase of a step) */
-    int64_t categories;
     int64_t buckets;
     double log_ratio;
 } task_stats;
@@ -85,7 +82,6 @@ static void close_top(open_stack *stack, int32_t *open_count, task_stats *stats,
     if (d > 0) {
         stack->child[d - 1] += duration;
         if (stats->library[id]) stack->library_child[d - 1] += duration;
-        stats->child_time[stack->ids[d - 1] * stats->categories + stats->category[id]] += duration;
     } else {
         *thread_time += duration;
     }

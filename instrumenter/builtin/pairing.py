@@ -28,8 +28,7 @@ class _Stack(ctypes.Structure):
 
 class _Stats(ctypes.Structure):
     _fields_ = [("count", _I64), ("sum", _I64), ("inside", _I64), ("self", _I64), ("min", _I64), ("max", _I64),
-                ("histogram", _I64), ("self_library", _I64), ("library", _U8), ("child_time", _I64),
-                ("category", _U8), ("categories", ctypes.c_int64), ("buckets", ctypes.c_int64),
+                ("histogram", _I64), ("self_library", _I64), ("library", _U8), ("buckets", ctypes.c_int64),
                 ("log_ratio", ctypes.c_double)]
 
 
@@ -79,14 +78,12 @@ class Counts:
     histogram: np.ndarray
     self_library: np.ndarray
     library: np.ndarray  # uint8
-    child_time: np.ndarray  # ids x categories: each id's direct children's time, by the children's category
-    category: np.ndarray  # uint8, per id
     log_ratio: float
 
     def _struct(self) -> _Stats:
         return _Stats(_p(self.count), _p(self.sum), _p(self.inside), _p(self.self), _p(self.min), _p(self.max),
-                      _p(self.histogram), _p(self.self_library), _p(self.library, _U8), _p(self.child_time),
-                      _p(self.category, _U8), self.child_time.shape[1], self.histogram.shape[1], self.log_ratio)
+                      _p(self.histogram), _p(self.self_library), _p(self.library, _U8),
+                      self.histogram.shape[1], self.log_ratio)
 
 
 class Thread:

@@ -1,15 +1,15 @@
 """Where a step's time goes: the phase of each task, from its domain and name.
 
-The streaming pass adds each task instance's time to its parent's row, by
-the instance's category (:data:`CATEGORIES`); a step loop's phases are read
-from its steps' rows and from the task that holds the steps (the step loop)
-(:func:`~instrumenter.builtin.taskstats.step_phases`). The rules, for
-PyTorch's tasks under ``emit_itt`` (first match):
+A step loop's phases are measured (:func:`measure`) over its steady steps
+from the task instances the streaming pass keeps: a step's direct children
+on its thread, by category (:data:`CATEGORIES`), and the time in the loop
+before each step. The rules, for PyTorch's tasks under ``emit_itt`` (first
+match):
 
 * ``data``: ``enumerate(DataLoader)#...`` (the DataLoader's ``__next__``);
-  also, per step, the time in the task holding the steps outside them (the
-  loop itself: the next batch where the DataLoader is not a task, a
-  ``tf.data`` iterator);
+  also, per step, the time since the previous step ended (or the loop
+  began), less the own regions run there (an evaluation between steps): the
+  next batch where the DataLoader is not a task, a ``tf.data`` iterator;
 * ``optimizer``: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``;
 * ``backward``: the autograd engine's tasks (``autograd::engine::...``,
   ``...Backward0``, ``AccumulateGrad``);
@@ -21,13 +21,20 @@ PyTorch's tasks under ``emit_itt`` (first match):
 
 A step whose tasks are none of forward, backward or optimizer (no operator
 tasks: ``--no-torch-ops``, TensorFlow, whose oneDNN tasks run on its own
-threads) gets ``compute`` for all its tasks instead.
+threads) gets ``compute`` for all its tasks instead, and for the time the
+step spent while a framework task ran on another thread of its process
+(TensorFlow's thread pool), taken from ``python``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Tuple
+
+import numpy as np
+
+from .intervals import Intervals, merged, overlapping
 
 #: The categories the pass counts children by; STEP marks a step in its holder's row.
 CATEGORIES = ("other_ops", "forward", "backward", "optimizer", "data", "step", "own")
@@ -51,3 +58,152 @@ def category(domain: Optional[str], name: Optional[str], own_domains: Iterable[s
     if name.startswith(("aten::", "autograd::")):
         return FORWARD
     return OTHER_OPS
+
+
+#: The domain oneDNN records its primitive creations on: one in a steady step is a primitive cache miss.
+CREATION_DOMAIN = "dnnl::primitive::create"
+
+
+@dataclass
+class Measured:
+    """A step loop's phases over the steps measured: nanoseconds per phase, summed over them."""
+
+    steps: int
+    nanoseconds: Dict[str, int]
+    #: oneDNN primitive creations begun while these steps ran (any thread of their process), and their time:
+    #: a creation that hits oneDNN's primitive cache takes about a microsecond, a miss far longer
+    creations: int = 0
+    creation_ns: int = 0
+
+
+def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of: np.ndarray,
+            creation: np.ndarray) -> Optional[Measured]:
+    """The phases of the steps ``chosen`` (indices into ``tasks``), by the rules above.
+
+    ``tasks`` must hold every instance of the threads and processes of those steps while they ran (the
+    pass keeps them all, or those overlapping its window of steps); ``loop``: every instance of the
+    loop's steps (for the one before each chosen step), ``category_of`` and ``creation``: per group, its
+    category and whether it is a oneDNN primitive creation. A task's parent is found by nesting depth on
+    its thread (tasks on a thread nest), computed with sorts, not a walk."""
+    if not len(chosen):
+        return None
+    key = (tasks.pid.astype(np.int64) << 32) | (tasks.tid.astype(np.int64) & 0xFFFFFFFF)
+    threads, thread = np.unique(key, return_inverse=True)
+    base = int(tasks.start.min())
+    span = int(tasks.end.max()) - base + 2
+    if span * len(threads) >= 1 << 62:
+        return None
+    # one number line with each thread on its own stretch: a search never crosses threads
+    begin = thread * span + (tasks.start - base)
+    finish = thread * span + (tasks.end - base)
+    floor = thread * span
+    order = np.lexsort((-finish, begin))  # by start; a parent before the child starting with it
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    opened = rank - np.searchsorted(begin[order], floor) + 1
+    ends = np.sort(finish)
+    closed = np.searchsorted(ends, begin, side="right") - np.searchsorted(ends, floor) - (finish == begin)
+    depth = opened - closed
+
+    # the chosen steps in time order, and each instance's step: the last chosen step starting at or before it
+    chosen = chosen[np.argsort(begin[chosen], kind="stable")]
+    s_begin, s_finish, s_depth = begin[chosen], finish[chosen], depth[chosen]
+    at = np.searchsorted(s_begin, begin, side="right") - 1
+    holder = np.maximum(at, 0)
+    child = (at >= 0) & (finish <= s_finish[holder]) & (depth == s_depth[holder] + 1)
+    duration = (tasks.end - tasks.start).astype(np.float64)
+    categories = category_of[tasks.group]
+    by_category = np.bincount(categories[child], weights=duration[child], minlength=len(CATEGORIES))
+    step_time = float((s_finish - s_begin).sum())
+
+    # before each step, the time since the previous step of the loop ended (or since the loop began):
+    # waiting for the batch, less the own regions run there (an evaluation between steps)
+    all_begin = np.sort(begin[loop])
+    all_finish = finish[loop][np.argsort(begin[loop], kind="stable")]
+    previous = np.searchsorted(all_begin, s_begin, side="left") - 1
+    gap_from = np.where(previous >= 0, all_finish[np.maximum(previous, 0)], -1)
+    gap_from = np.where(gap_from >= floor[chosen], gap_from, -1)  # the same thread's only
+    gap_from = np.maximum(gap_from, _parent_start(begin, finish, depth, chosen))
+    gap = np.where(gap_from >= 0, s_begin - gap_from, 0)
+    sibling = (categories == OWN) & (at + 1 < len(chosen))
+    following = np.minimum(at + 1, len(chosen) - 1)
+    sibling &= (depth == s_depth[following]) & (begin >= gap_from[following]) & (finish <= s_begin[following])
+    gap_own = np.bincount(following[sibling], weights=duration[sibling], minlength=len(chosen))
+    between = float(np.maximum(gap - gap_own, 0).sum())
+
+    nanoseconds = {"data": between + by_category[DATA]}
+    operators = by_category[[FORWARD, BACKWARD, OPTIMIZER]]
+    python = step_time - float(by_category.sum())
+    rest = float(by_category[[OTHER_OPS, STEP, OWN]].sum())
+    if operators.any():
+        nanoseconds.update(forward=float(by_category[FORWARD]), backward=float(by_category[BACKWARD]),
+                           optimizer=float(by_category[OPTIMIZER]), other_ops=rest)
+    else:
+        # no operator task on the steps' threads: the framework's work on its own threads (TensorFlow's
+        # oneDNN primitives), while the step waited for it, is the step's compute
+        elsewhere = _covered_elsewhere(tasks, thread, categories, chosen)
+        elsewhere = min(elsewhere, max(python, 0.0))
+        nanoseconds["compute"] = rest + elsewhere
+        python -= elsewhere
+    nanoseconds["python"] = max(python, 0.0)
+    created = _inside_steps(tasks, chosen, creation[tasks.group])
+    return Measured(len(chosen), {name: int(round(ns)) for name, ns in nanoseconds.items()},
+                    int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()))
+
+
+def _parent_start(begin, finish, depth, chosen) -> np.ndarray:
+    """Per chosen step, where the instance holding it (one level up on its thread) begins; -1: none."""
+    result = np.full(len(chosen), -1, np.int64)
+    for level in np.unique(depth[chosen]).tolist():
+        parents = np.flatnonzero(depth == level - 1)
+        if not len(parents):
+            continue
+        parents = parents[np.argsort(begin[parents], kind="stable")]
+        mine = np.flatnonzero(depth[chosen] == level)
+        steps = chosen[mine]
+        at = np.searchsorted(begin[parents], begin[steps], side="right") - 1
+        ok = (at >= 0) & (finish[parents[np.maximum(at, 0)]] >= finish[steps])
+        result[mine[ok]] = begin[parents[at[ok]]]
+    return result
+
+
+def _spans_of(tasks: Intervals, chosen: np.ndarray, pid: int) -> Tuple[np.ndarray, np.ndarray]:
+    mine = chosen[tasks.pid[chosen] == pid]
+    return merged(tasks.start[mine].tolist(), tasks.end[mine].tolist())
+
+
+def _covered_elsewhere(tasks: Intervals, thread: np.ndarray, categories: np.ndarray, chosen: np.ndarray) -> float:
+    """The chosen steps' time during which a framework task ran on another thread of their process."""
+    step_threads = np.unique(thread[chosen])
+    total = 0.0
+    for pid in np.unique(tasks.pid[chosen]).tolist():
+        other = (tasks.pid == pid) & ~np.isin(thread, step_threads) & (categories != OWN) & (categories != STEP)
+        if not other.any():
+            continue
+        busy = merged(tasks.start[other].tolist(), tasks.end[other].tolist())
+        steps = _spans_of(tasks, chosen, pid)
+        total += _overlap(busy, steps)
+    return total
+
+
+def _overlap(a: Tuple[np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray]) -> float:
+    """The length of the intersection of two sets of sorted, disjoint spans."""
+    starts, ends = a
+    covered = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def before(t: np.ndarray) -> np.ndarray:  # covered length of ``a`` before each time t
+        i = np.searchsorted(starts, t, side="right")
+        inside = np.minimum(t, ends[np.maximum(i - 1, 0)]) - starts[np.maximum(i - 1, 0)]
+        return covered[np.maximum(i - 1, 0)] + np.where(i > 0, inside, 0)
+
+    return float((before(b[1]) - before(b[0])).sum())
+
+
+def _inside_steps(tasks: Intervals, chosen: np.ndarray, selected: np.ndarray) -> np.ndarray:
+    """Which of the ``selected`` instances began inside one of the chosen steps of their process."""
+    inside = np.zeros(len(tasks), np.bool_)
+    for pid in np.unique(tasks.pid[chosen]).tolist():
+        mine = np.flatnonzero(selected & (tasks.pid == pid))
+        if len(mine):
+            inside[mine] = overlapping(_spans_of(tasks, chosen, pid), tasks.start[mine], tasks.start[mine])
+    return inside

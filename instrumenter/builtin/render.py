@@ -1,4 +1,9 @@
-"""The built-in backend's summary on a terminal, in the spirit of VTune's Summary window."""
+"""The built-in backend's summary on a terminal, in the spirit of VTune's Summary window.
+
+One screen by default: the run's header and where it went, each step loop's
+time and phases, the top operators, the notes. ``--verbose`` adds the task
+tables of every domain and the full operator list; the JSON has everything.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,16 @@ from typing import List, Optional
 from rich.console import Console
 
 from ..console import collected_line, duration, table
-from ..summary import Summary, TaskStats
-from .taskstats import TORCH_DOMAIN, split_notes
+from ..instrumentation import Instrumentation
+from ..summary import StepStats, Summary, TaskStats
+from .notes import notes
+from .taskstats import TORCH_DOMAIN
 
+#: Rows of the PyTorch domain's table (``--verbose``), and operators shown without it.
 _TOP = 12
+_TOP_OPERATORS = 8
+#: Width of a phase's bar at a share of 100 %.
+_BAR = 30
 
 
 def _operator(task: TaskStats) -> bool:
@@ -24,8 +35,10 @@ def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str
                   key=lambda d: (d != own_domain, not d.startswith("autoitt."), d != TORCH_DOMAIN, d))
 
 
-def render(summary: Summary, console: Console, *, script: str, result_dir: Path, own_domain: Optional[str]) -> None:
-    """Collected time, tasks per domain, step time, top operators, warnings, and where the files are."""
+def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
+           instrumentation: Optional[Instrumentation], verbose: bool = False) -> None:
+    """Header, where the run went, step loops with their phases, top operators, notes, and the files."""
+    own_domain = instrumentation.domain if instrumentation is not None else None
     share = collected_line(summary.elapsed_s, summary.collected_s)
     console.print(f"[bold]autoitt profile[/bold] of {script}, builtin backend")
     console.print(f"  elapsed {duration(summary.elapsed_s)}; collected (resume..pause) "
@@ -38,14 +51,35 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         console.print("  where the run went: " + ", ".join(
             f"{label} {duration(split[key])} ({split[key] / summary.elapsed_s:.0%})" for label, key in parts
             if split[key] >= 0.001 or key == "collected_s"))
-        for note in split_notes(split, summary.elapsed_s):
-            console.print(f"  [yellow]note:[/yellow] {note}")
     if not summary.tasks:
         console.print("[yellow]No ITT tasks were recorded.[/yellow] Either no training region ran, or it never "
                       "resumed collection (see loops.json in the result folder).")
 
+    # without steps, the own domain's table is what there is to see
+    if verbose or not summary.steps:
+        _render_domains(summary, console, own_domain, all_domains=verbose)
+    for step in summary.steps:
+        _render_steps(step, console)
+    _render_ranks(summary, console)
+    _render_operators(summary, console, summary.operators if verbose else summary.operators[:_TOP_OPERATORS])
+
+    for note in notes(summary, instrumentation):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if summary.trace_window:
+        console.print(f"[dim]{summary.trace_window}[/dim]")
+    console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
+                  f"`autoitt report {result_dir}` prints this again"
+                  + ("." if verbose else ", with --verbose every task table."))
+
+
+def _render_domains(summary: Summary, console: Console, own_domain: Optional[str], all_domains: bool) -> None:
+    """Top tasks per domain (the own domain only, unless ``all_domains``); PyTorch's without its operators."""
     for domain in _domain_order(summary.tasks, own_domain):
-        # the operators have their own table, below
+        if not all_domains and domain != own_domain:
+            continue
+        # the operators have their own table
         rows = [t for t in summary.tasks if t.domain == domain and not (domain == TORCH_DOMAIN and _operator(t))]
         if not rows:
             continue
@@ -58,43 +92,48 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
                                duration(task.mean_s), duration(task.min_s), duration(task.max_s), f"{task.share:.1%}")
         console.print(rows_table)
 
-    for step in summary.steps:
-        steady = step.steady_median_s or step.median_s  # a summary saved before warm-up was detected
-        if step.warmup_steps:
-            settled = (f"warm-up {step.warmup_steps} step{'s' if step.warmup_steps > 1 else ''} "
-                       f"({duration(step.warmup_s)}), then median {duration(steady)}, p95 "
-                       f"{duration(step.steady_p95_s)}, mean {duration(step.steady_mean_s)}")
-        else:
-            settled = f"no warm-up; first step {duration(step.first_s)}"
-        if step.first_step > 1:
-            settled += f" (counted from step {step.first_step}, the first collected: --skip-steps)"
-        console.print(
-            f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
-            f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
-        )
-        if step.phases:
-            console.print("  phases, per step (every step): " + ", ".join(
-                f"{name} {duration(phase['seconds_per_step'])} ({phase['share']:.0%})"
-                for name, phase in step.phases.items() if phase["share"] >= 0.005))
 
-    _render_ranks(summary, console)
+def _render_steps(step: StepStats, console: Console) -> None:
+    """One step loop: its time, warm-up and steady state, then its phases as bars."""
+    steady = step.steady_median_s or step.median_s  # a summary saved before warm-up was detected
+    if step.warmup_steps:
+        settled = (f"warm-up {step.warmup_steps} step{'s' if step.warmup_steps > 1 else ''} "
+                   f"({duration(step.warmup_s)}), then median {duration(steady)}, p95 "
+                   f"{duration(step.steady_p95_s)}, mean {duration(step.steady_mean_s)}")
+    else:
+        settled = f"no warm-up; first step {duration(step.first_s)}"
+    if step.first_step > 1:
+        settled += f" (counted from step {step.first_step}, the first collected: --skip-steps)"
+    console.print(
+        f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
+        f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
+    )
+    if not step.phases:
+        return
+    over = f"the {step.phase_steps} steady steps" if step.phase_steps else "every step"
+    grid = table(f"Phases of `{step.label}`, per step, over {over} (data: waiting for the batch, between steps)",
+                 ("phase", "per step", "share", "share of the step loop's time"))
+    for name, phase in step.phases.items():
+        if phase["share"] < 0.005:
+            continue
+        bar = "█" * round(phase["share"] * _BAR)
+        grid.add_row(name, duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
+    grid.columns[-1].justify = "left"
+    console.print(grid)
 
-    if summary.operators:
-        thread_time = summary.thread_time_s
-        rows_table = table("Top PyTorch operators by self time, oneDNN included",
-                           ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
-        for op in summary.operators:
-            own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
-            rows_table.add_row(op.name, str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
-                               f"{own / thread_time:.1%}" if thread_time else "")
-        console.print(rows_table)
 
-    for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    if summary.trace_window:
-        console.print(f"[dim]{summary.trace_window}[/dim]")
-    console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
-                  f"`autoitt report {result_dir}` prints this again.")
+def _render_operators(summary: Summary, console: Console, operators) -> None:
+    if not operators:
+        return
+    thread_time = summary.thread_time_s
+    shown = "" if len(operators) == len(summary.operators) else f", top {len(operators)}"
+    rows_table = table(f"Top PyTorch operators by self time, oneDNN included{shown}",
+                       ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
+    for op in operators:
+        own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
+        rows_table.add_row(op.name, str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
+                           f"{own / thread_time:.1%}" if thread_time else "")
+    console.print(rows_table)
 
 
 def _render_ranks(summary: Summary, console: Console) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from ..summary import StepStats, Summary, TaskStats
 from . import phases
 from .aggregate import Aggregates, Intervals
+from .intervals import overlapping
 
 #: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
 TORCH_DOMAIN = "PyTorch"
@@ -121,26 +122,33 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     return result
 
 
-def step_phases(found: Aggregates, ids: List[int]) -> Dict[str, Dict[str, float]]:
-    """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over every step of the run."""
-    steps = int(found.count[ids].sum())
-    if not steps:
-        return {}
-    own = found.child_time[ids].sum(axis=0)
-    # the task holding the steps (the step loop): its time outside them is waiting for the next batch
-    holders = [g for g in np.flatnonzero(found.child_time[:, phases.STEP]).tolist() if g not in ids]
-    between = sum(int(found.self_ns[g]) + int(found.child_time[g, phases.DATA]) for g in holders)
-    times = {"data": between + int(own[phases.DATA])}
-    if own[[phases.FORWARD, phases.BACKWARD, phases.OPTIMIZER]].any():
-        times.update(forward=int(own[phases.FORWARD]), backward=int(own[phases.BACKWARD]),
-                     optimizer=int(own[phases.OPTIMIZER]),
-                     other_ops=int(own[[phases.OTHER_OPS, phases.STEP, phases.OWN]].sum()))
-    else:
-        times["compute"] = int(own[[phases.OTHER_OPS, phases.STEP, phases.OWN]].sum())
-    times["python"] = int(found.self_ns[ids].sum())
-    total = sum(times.values())
-    return {name: {"seconds_per_step": ns / steps / 1e9, "share": ns / total if total else 0.0}
-            for name, ns in times.items()}
+def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[Iterable[str]],
+                step_labels: Iterable[str]) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
+    """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over the steps after the
+    warm-up (the first ``warm``) whose tasks were kept: all of them, or those of the timeline's window in a
+    run of more than a million tasks; and what was measured (how many steps, the oneDNN primitives created
+    in them)."""
+    kept = found.kept
+    loop = np.flatnonzero(np.isin(kept.group, ids))
+    chosen = loop[kept.finished[loop]][warm:]
+    tasks = kept
+    if not found.kept_everything:
+        inside = np.zeros(len(chosen), np.bool_)
+        for pid, spans in found.window_spans.items():
+            mine = kept.pid[chosen] == pid
+            inside[mine] = overlapping(spans, kept.start[chosen[mine]], kept.end[chosen[mine]])
+        chosen = chosen[inside]
+        tasks = Intervals.concat([kept, found.window])  # kept first: the indices stay valid
+    own = set(domains or ())
+    labels = set(step_labels)
+    category_of = np.array([phases.category(d, n, own, labels) for d, n in found.groups] or [0], np.int64)
+    creation = np.array([d == phases.CREATION_DOMAIN for d, _ in found.groups] or [False], np.bool_)
+    measured = phases.measure(tasks, chosen, loop, category_of, creation)
+    if measured is None:
+        return {}, None
+    total = sum(measured.nanoseconds.values())
+    return ({name: {"seconds_per_step": ns / measured.steps / 1e9, "share": ns / total if total else 0.0}
+             for name, ns in measured.nanoseconds.items()}, measured)
 
 
 def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[str],
@@ -161,7 +169,7 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=[replace(step, phases=step_phases(a, _step_ids(a.groups, step.label, domains)), first_step=first_step)
+        steps=[_with_phases(a, step, domains, step_labels, first_step)
                for step in step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None)],
         operators=operators,
         unfinished=a.unfinished,
@@ -169,8 +177,13 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
     )
 
 
-#: A part of the run worth a note, as a share of it.
-LARGE_PART = 0.5
+def _with_phases(a: Aggregates, step: StepStats, domains, step_labels, first_step: int) -> StepStats:
+    found, measured = step_phases(a, _step_ids(a.groups, step.label, domains), step.warmup_steps, domains,
+                                  step_labels)
+    if measured is None:
+        return replace(step, first_step=first_step)
+    return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,
+                   steady_creation_s=measured.creation_ns / measured.steps / 1e9, first_step=first_step)
 
 
 def run_split(traces, windows: Dict[int, List[Tuple[int, int]]], record) -> Optional[Dict[str, float]]:
@@ -193,17 +206,3 @@ def run_split(traces, windows: Dict[int, List[Tuple[int, int]]], record) -> Opti
     after = min(max(elapsed - wall(spans[-1][1]), 0.0), elapsed - before)
     return {"before_s": before, "collected_s": collected,
             "between_s": max(elapsed - before - collected - after, 0.0), "after_s": after}
-
-
-def split_notes(split: Optional[Dict[str, float]], elapsed_s: float) -> List[str]:
-    """A sentence for each large part of the run outside collection."""
-    if not split or elapsed_s <= 0:
-        return []
-    notes = []
-    if split["before_s"] / elapsed_s >= LARGE_PART:
-        notes.append(f"{split['before_s'] / elapsed_s:.0%} of the run is before training starts (start-up, "
-                     "imports, data preparation: not collected)")
-    if split["after_s"] / elapsed_s >= LARGE_PART / 2:
-        notes.append(f"{split['after_s'] / elapsed_s:.0%} of the run is after the last pause (a final "
-                     "evaluation, saving, shutdown: not collected)")
-    return notes

@@ -58,7 +58,8 @@ class VTuneBackend(Backend):
         return analyse(folder, record, instrumentation)
 
     def render(self, summary: Summary, console, *, script: str, result_dir: Path,
-               instrumentation: Instrumentation) -> None:
+               instrumentation: Instrumentation, verbose: bool = False) -> None:
+        # VTune's summary is one table per analysis already; its full reports are VTune's own (vtune-gui)
         from .render import render
 
         render(summary, console, script=script, result_dir=result_dir)

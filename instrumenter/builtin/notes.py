@@ -1,0 +1,61 @@
+"""The summary's notes: a sentence for each finding worth a look, from the summary and the instrumentation.
+
+Each note is computed from facts the summary already holds (the split of the
+run, the steps' warm-up and phases, the tasks recorded) and the regions the
+rewrite marked; nothing here reads a trace.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..console import duration
+from ..instrumentation import Instrumentation
+from ..summary import Summary
+
+#: A part of the run worth a note, as a share of it.
+LARGE_PART = 0.5
+#: oneDNN primitive creation in steady steps worth a note, as a share of the step (a cache hit costs ~1 µs).
+CREATION_SHARE = 0.05
+
+
+def split_notes(split: Optional[dict], elapsed_s: float) -> List[str]:
+    """A sentence for each large part of the run outside collection."""
+    if not split or elapsed_s <= 0:
+        return []
+    notes = []
+    if split["before_s"] / elapsed_s >= LARGE_PART:
+        notes.append(f"{split['before_s'] / elapsed_s:.0%} of the run is before training starts (start-up, "
+                     "imports, data preparation: not collected)")
+    if split["after_s"] / elapsed_s >= LARGE_PART / 2:
+        notes.append(f"{split['after_s'] / elapsed_s:.0%} of the run is after the last pause (a final "
+                     "evaluation, saving, shutdown: not collected)")
+    return notes
+
+
+def notes(summary: Summary, instrumentation: Optional[Instrumentation]) -> List[str]:
+    """Every note for ``summary``, most telling first."""
+    found = split_notes(summary.run_split, summary.elapsed_s)
+    for step in summary.steps:
+        steady = step.steady_median_s or step.median_s
+        if steady and step.steady_creation_s >= CREATION_SHARE * steady:
+            found.append(f"oneDNN spends {duration(step.steady_creation_s)} of each steady `{step.label}` "
+                         f"({step.steady_creation_s / steady:.0%} of its median) creating primitives "
+                         f"({step.steady_creations} creations in {step.phase_steps} steps): its primitive cache "
+                         "misses, as when input shapes change from step to step; the dnnl::primitive::create "
+                         "tasks (--verbose, trace.json) show which")
+    if instrumentation is None:
+        return found
+    counted = {(task.domain, task.name): task.count for task in summary.tasks}
+    for file in instrumentation.files:
+        for region in file.regions:
+            if (region.get("role") == "eval" and summary.steps
+                    and not counted.get((file.domain, region.get("label")))):
+                found.append(f"the evaluation at {file.relative}:{region['line']} was not collected: it ran "
+                             "after the last pause (or not at all)")
+    uses_tensorflow = any("tensorflow" in file.frameworks for file in instrumentation.files)
+    if uses_tensorflow and not any(task.domain.startswith("dnnl::") for task in summary.tasks):
+        found.append("TensorFlow recorded no oneDNN tasks, so its operators and their phases are not shown: "
+                     "its oneDNN optimizations are off on this CPU or by setting; `TF_ENABLE_ONEDNN_OPTS=1 "
+                     "autoitt profile ...` turns them on")
+    return found

@@ -1,0 +1,100 @@
+"""The summary's notes (instrumenter/builtin/notes.py): each finding worth a look gets one sentence.
+
+Summaries built by hand, as the read stage gives them; one real run checks
+the primitive-cache note end to end.
+"""
+
+from __future__ import annotations
+
+import json
+
+from instrumenter.builtin.notes import notes
+from instrumenter.instrumentation import FileRecord, Instrumentation
+from instrumenter.summary import StepStats, Summary, TaskStats
+from tests.test_profile import autoitt
+from transforms import LineMap
+
+DOMAIN = "autoitt.train"
+
+
+def summary(tasks=(), steps=(), split=None, elapsed=10.0):
+    return Summary(elapsed_s=elapsed, collected_s=1.0, processes=1, threads=1, events=10, tasks=list(tasks),
+                   steps=list(steps), operators=[], unfinished=0, warnings=[], run_split=split)
+
+
+def task(name, domain=DOMAIN, count=3):
+    return TaskStats(domain, name, count, 0.1, 0.1, 0.01, 0.01, 0.01, 0.1)
+
+
+def step(**fields):
+    values = dict(label="step", count=10, mean_s=0.01, median_s=0.01, p95_s=0.01, first_s=0.01,
+                  steady_mean_s=0.01, steady_median_s=0.01, phase_steps=8)
+    values.update(fields)
+    return StepStats(**values)
+
+
+def instrumentation(regions=(), frameworks=("torch",)):
+    record = FileRecord(path="/w/train.py", relative="train.py", module=None, runs="/r/train_itt.py",
+                        outcome="instrumented", domain=DOMAIN, own_domains=(), step_labels=("step",),
+                        runtime=(), sha256="", regions=tuple(regions), line_map=LineMap.identity(10),
+                        frameworks=tuple(frameworks))
+    return Instrumentation(script="train.py", start_paused=True, files=(record,))
+
+
+def test_a_run_mostly_before_training_is_noted():
+    found = notes(summary(split={"before_s": 7.5, "collected_s": 2.0, "between_s": 0.0, "after_s": 0.5}), None)
+    assert found == ["75% of the run is before training starts (start-up, imports, data preparation: not collected)"]
+
+
+def test_costly_primitive_creation_in_steady_steps_is_noted():
+    found = notes(summary(steps=[step(steady_creations=16, steady_creation_s=0.002)]), None)
+    assert len(found) == 1 and "20% of its median" in found[0] and "16 creations in 8 steps" in found[0]
+
+
+def test_primitive_creations_that_hit_the_cache_are_not_noted():
+    assert notes(summary(steps=[step(steady_creations=70, steady_creation_s=0.00001)]), None) == []
+
+
+def test_an_evaluation_that_recorded_nothing_is_said_to_be_uncollected():
+    regions = [{"line": 40, "role": "eval", "label": "eval"}, {"line": 30, "role": "step", "label": "step"}]
+    found = notes(summary(tasks=[task("step")], steps=[step()]), instrumentation(regions))
+    assert found == ["the evaluation at train.py:40 was not collected: it ran after the last pause (or not at all)"]
+
+
+def test_an_evaluation_that_was_recorded_is_not_noted():
+    regions = [{"line": 40, "role": "eval", "label": "eval"}]
+    assert notes(summary(tasks=[task("step"), task("eval")], steps=[step()]), instrumentation(regions)) == []
+
+
+def test_tensorflow_without_onednn_tasks_says_how_to_turn_them_on():
+    (found,) = notes(summary(tasks=[task("step")]), instrumentation(frameworks=("tensorflow",)))
+    assert "TF_ENABLE_ONEDNN_OPTS=1" in found
+
+
+def test_tensorflow_with_onednn_tasks_needs_no_hint():
+    tasks = [task("step"), task("inner_product", domain="dnnl::primitive::execute")]
+    assert notes(summary(tasks=tasks), instrumentation(frameworks=("tensorflow",))) == []
+
+
+SHAPES_CHANGE = """
+import torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(24):
+    x = torch.randn(2, 3, 16 + 2 * i, 16 + 2 * i)  # a new image size every step: a new primitive
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_loop_whose_shapes_change_every_step_gets_the_primitive_cache_note(tmp_path):
+    (tmp_path / "train.py").write_text(SHAPES_CHANGE)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (steps,) = json.loads(done.stdout)["steps"]
+    assert steps["steady_creations"] >= steps["phase_steps"]
+    shown = autoitt("report", "out", cwd=tmp_path)
+    assert "creating primitives" in shown.stdout

@@ -1,0 +1,105 @@
+"""How a step loop's phases are measured from task instances (instrumenter/builtin/phases.py:measure).
+
+Synthetic instances, built as the pass keeps them: the rules for a step's
+children, the time between steps, TensorFlow's work on its own threads, and
+oneDNN primitives created in steady steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from instrumenter.builtin import phases
+from instrumenter.builtin.intervals import Intervals
+
+OWN = ("autoitt.train",)
+GROUPS = [("autoitt.train", "step_loop"), ("autoitt.train", "step"), ("PyTorch", "aten::conv2d"),
+          ("PyTorch", "ConvolutionBackward0"), ("PyTorch", "Optimizer.step#Adam.step"),
+          ("PyTorch", "aten::add_"), ("autoitt.train", "eval_loop"),
+          ("dnnl::primitive::execute", "convolution"), ("dnnl::primitive::create", "convolution")]
+LOOP, STEP, FORWARD, BACKWARD, OPTIMIZER, ADD, EVAL, EXECUTE, CREATE = range(len(GROUPS))
+CATEGORY = np.array([phases.category(d, n, OWN, {"step"}) for d, n in GROUPS])
+CREATION = np.array([d == phases.CREATION_DOMAIN for d, _ in GROUPS])
+
+
+def tasks(*rows):
+    """Rows of (group, start, end[, tid]) in process 1."""
+    rows = [row if len(row) == 4 else (*row, 10) for row in rows]
+    group, start, end, tid = zip(*rows)
+    return Intervals.of(1, tid, group, start, end, True)
+
+
+def measure(t: Intervals, warm: int = 0):
+    loop = np.flatnonzero(t.group == STEP)
+    return phases.measure(t, loop[warm:], loop, CATEGORY, CREATION)
+
+
+def test_a_steps_direct_children_give_forward_backward_and_optimizer_and_the_rest_is_python():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 10, 30), (ADD, 12, 20),
+                          (BACKWARD, 30, 60), (OPTIMIZER, 60, 80)))
+    assert found.steps == 1
+    assert found.nanoseconds == {"data": 0, "forward": 20, "backward": 30, "optimizer": 20, "other_ops": 0,
+                                 "python": 30}
+
+
+def test_the_time_before_a_step_in_its_loop_is_data():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 10, 40), (STEP, 55, 90), (FORWARD, 12, 20), (FORWARD, 60, 70)))
+    assert found.nanoseconds["data"] == 10 + 15  # loop start to the first step, then between the two
+
+
+def test_an_own_region_between_steps_is_not_data():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 40), (EVAL, 45, 75), (STEP, 80, 95), (FORWARD, 1, 2)))
+    assert found.nanoseconds["data"] == 5 + 5  # 40..45 and 75..80
+
+
+def test_the_warm_up_steps_are_left_out():
+    found = measure(tasks((LOOP, 0, 300), (STEP, 0, 200), (FORWARD, 0, 190), (STEP, 210, 250),
+                          (FORWARD, 215, 225)), warm=1)
+    assert found.steps == 1
+    assert found.nanoseconds["forward"] == 10
+    assert found.nanoseconds["data"] == 10  # after the warm-up step, not from the loop's start
+
+
+def test_tasks_on_another_thread_are_not_the_steps_children():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 10, 20), (FORWARD, 30, 90, 11)))
+    assert found.nanoseconds["forward"] == 10
+
+
+def test_without_operators_on_the_step_thread_work_on_the_frameworks_threads_is_compute():
+    # TensorFlow: the step's thread waits while oneDNN runs on the thread pool (two overlapping primitives)
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (EXECUTE, 20, 50, 11), (EXECUTE, 40, 70, 12),
+                          (EXECUTE, 150, 190, 11)))
+    assert found.nanoseconds == {"data": 0, "compute": 50, "python": 50}
+
+
+def test_primitives_created_inside_steady_steps_are_counted_on_any_thread():
+    found = measure(tasks((LOOP, 0, 300), (STEP, 0, 100), (CREATE, 10, 20), (STEP, 110, 200),
+                          (CREATE, 120, 125, 11), (CREATE, 250, 260)), warm=1)
+    assert (found.creations, found.creation_ns) == (1, 5)
+
+
+def test_nothing_to_measure_without_steady_steps():
+    t = tasks((LOOP, 0, 100), (STEP, 0, 100))
+    assert phases.measure(t, np.zeros(0, np.int64), np.flatnonzero(t.group == STEP), CATEGORY, CREATION) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shares_cover_the_steps_and_the_time_between_them(seed):
+    rng = np.random.default_rng(seed)
+    rows, t = [], 0
+    for _ in range(20):
+        gap, length = int(rng.integers(0, 50)), int(rng.integers(20, 200))
+        start = t + gap
+        rows.append((STEP, start, start + length))
+        inner = start + int(rng.integers(0, 5))
+        for group in (FORWARD, BACKWARD, OPTIMIZER):
+            width = int(rng.integers(0, (start + length - inner) // 3 + 1))
+            rows.append((group, inner, inner + width))
+            inner += width
+        t = start + length
+    rows.append((LOOP, 0, t))
+    found = measure(tasks(*rows))
+    steps = [r for r in rows if r[0] == STEP]
+    assert sum(found.nanoseconds.values()) == sum(e - s for _, s, e in steps) + steps[0][1] + sum(
+        b[1] - a[2] for a, b in zip(steps, steps[1:]))
