@@ -103,3 +103,22 @@ def test_shares_cover_the_steps_and_the_time_between_them(seed):
     steps = [r for r in rows if r[0] == STEP]
     assert sum(found.nanoseconds.values()) == sum(e - s for _, s, e in steps) + steps[0][1] + sum(
         b[1] - a[2] for a, b in zip(steps, steps[1:]))
+
+
+def test_measuring_only_the_instances_near_the_chosen_steps_changes_nothing():
+    from instrumenter.builtin.taskstats import _near
+
+    rows, t = [], 0
+    for i in range(100):
+        rows += [(STEP, t + 5, t + 50), (FORWARD, t + 10, t + 20), (BACKWARD, t + 20, t + 40)]
+        if i % 10 == 0:
+            rows.append((EVAL, t + 50, t + 70))
+        t += 80
+    rows.append((LOOP, 0, t))
+    everything = tasks(*rows)
+    loop = np.flatnonzero(everything.group == STEP)
+    chosen = loop[[1, 2, 3, 40, 41, 98, 99]]
+    near, near_chosen, near_loop = _near(everything, chosen, loop)
+    assert len(near) < len(everything) / 5
+    whole = phases.measure(everything, chosen, loop, CATEGORY, CREATION)
+    assert phases.measure(near, near_chosen, near_loop, CATEGORY, CREATION) == whole

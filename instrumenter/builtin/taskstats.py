@@ -16,7 +16,7 @@ import numpy as np
 from ..summary import StepStats, Summary, TaskStats
 from . import phases
 from .aggregate import Aggregates, Intervals
-from .intervals import overlapping
+from .intervals import merged, overlapping
 
 #: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
 TORCH_DOMAIN = "PyTorch"
@@ -139,6 +139,7 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
             inside[mine] = overlapping(spans, kept.start[chosen[mine]], kept.end[chosen[mine]])
         chosen = chosen[inside]
         tasks = Intervals.concat([kept, found.window])  # kept first: the indices stay valid
+    tasks, chosen, loop = _near(tasks, chosen, loop)
     own = set(domains or ())
     labels = set(step_labels)
     category_of = np.array([phases.category(d, n, own, labels) for d, n in found.groups] or [0], np.int64)
@@ -175,6 +176,29 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
         unfinished=a.unfinished,
         warnings=warnings,
     )
+
+
+def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Intervals, np.ndarray, np.ndarray]:
+    """The instances the phases of ``chosen`` need: those overlapping a chosen step or the time since the
+    step before it (``loop``, in kept order: by process, thread, then start), with the indices remapped. A
+    long run's window of 20 steps then measures 20 steps' tasks, not the run's millions of steps."""
+    if not len(chosen) or len(chosen) == len(loop):
+        return tasks, chosen, loop
+    at = np.searchsorted(loop, chosen)
+    before = loop[np.maximum(at - 1, 0)]
+    same = (at > 0) & (tasks.pid[before] == tasks.pid[chosen]) & (tasks.tid[before] == tasks.tid[chosen])
+    starts = np.where(same, tasks.end[before], tasks.start[chosen])
+    near = np.zeros(len(tasks), np.bool_)
+    for pid in np.unique(tasks.pid[chosen]).tolist():
+        mine = tasks.pid[chosen] == pid
+        spans = merged(starts[mine].tolist(), tasks.end[chosen[mine]].tolist())
+        of_pid = np.flatnonzero(tasks.pid == pid)
+        near[of_pid] = overlapping(spans, tasks.start[of_pid], tasks.end[of_pid])
+    near[chosen] = True
+    near[before[same]] = True
+    remap = np.cumsum(near) - 1
+    loop = loop[near[loop]]
+    return tasks.take(near), remap[chosen], remap[loop]
 
 
 def _with_phases(a: Aggregates, step: StepStats, domains, step_labels, first_step: int) -> StepStats:
