@@ -55,6 +55,7 @@ class BuiltinBackend(Backend):
         from . import chrome_trace
         from .aggregate import aggregate
         from .plot import step_time_svg
+        from .step_marks import step_marks
         from .ranks import rank_stats, stragglers
         from .taskstats import run_split, summarize
         from .scan import scan_trace_dir
@@ -79,7 +80,8 @@ class BuiltinBackend(Backend):
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,
                                                          summary.trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
-            "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}"),
+            "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}", step_marks(
+                found.kept, found.groups, labels, domains, instrumentation.regions, partial=found.limited)),
         }))
         return summary
 

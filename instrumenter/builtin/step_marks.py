@@ -1,0 +1,112 @@
+"""Where epochs start and evaluations ran, as step indices of each step loop: the marks of ``steps.svg``.
+
+A step loop's steps are indexed as :func:`~instrumenter.builtin.taskstats.step_stats` orders its durations:
+its label's finished instances on the run's own domains, in the order :attr:`Aggregates.kept` holds them
+(by process and thread, each thread's in the order they began). Per process, with the steps sorted by
+start:
+
+* an epoch (an instance of an epoch region's task) starts at the first step that starts inside it;
+* an evaluation (an instance of an eval region's loop, or of its call) ran after step ``i`` when it starts
+  after step ``i`` starts and before step ``i + 1`` does: after the step ended, or during it (an
+  evaluation inside the step loop's body).
+
+Which tasks are epochs and evaluations comes from the regions of ``instrumentation.json`` (their role and
+label: a loop's tasks are ``<label>_loop`` around, ``<label>`` per iteration; a call's is ``<label>``), and
+from the tasks library callbacks name (:mod:`instrumenter.libraries`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..libraries import EPOCH, EVAL_LOOP
+from .intervals import Intervals
+
+
+@dataclass(frozen=True, eq=False)
+class StepMarks:
+    """Marks of one step loop, as 0-based indices into its ``durations_s`` (sorted, unique)."""
+
+    #: the first step of each epoch
+    epochs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: the steps after which an evaluation ran ...
+    evals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: ... and, for each, whether it ran during the step rather than after it
+    evals_during: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))
+    #: the steps were not all kept (a trace limit): marks are known for the kept steps only
+    partial: bool = False
+
+
+def mark_labels(regions: Iterable[dict], names: Iterable[str], step_labels: Iterable[str] = ()
+                ) -> Tuple[Set[str], Set[str]]:
+    """(epoch task names, evaluation task names) among ``names`` (the own domains' task names).
+
+    An epoch is an epoch region's iteration (or a library's epoch); an evaluation is an eval region's
+    whole loop (``<label>_loop``, rather than each of its batches), or its call, or a library's eval run."""
+    present = set(names)
+    steps = set(step_labels)
+    epochs, evals = {EPOCH}, {EVAL_LOOP}
+    for region in regions:
+        label = region.get("label")
+        if not label:
+            continue
+        if region.get("role") == "epoch":
+            epochs.add(label)
+        elif region.get("role") == "eval":
+            evals.add(f"{label}_loop" if f"{label}_loop" in present else label)
+    not_steps = steps | {f"{label}_loop" for label in steps}
+    return (epochs & present) - not_steps, (evals & present) - not_steps
+
+
+def _ids(groups: Sequence[Tuple[str, str]], names: Iterable[str], domains: Iterable[str]) -> List[int]:
+    wanted, own = set(names), set(domains)
+    return [g for g, (domain, name) in enumerate(groups) if name in wanted and domain in own]
+
+
+def step_marks(kept: Intervals, groups: Sequence[Tuple[str, str]], step_labels: Iterable[str],
+               domains: Iterable[str], regions: Iterable[dict] = (), partial: bool = False) -> Dict[str, StepMarks]:
+    """Per step label with finished steps in ``kept``: its marks (``partial``: ``kept`` does not hold every
+    step of the run)."""
+    domains = list(domains)
+    step_labels = list(step_labels)
+    names = {name for domain, name in groups if domain in set(domains)}
+    epoch_names, eval_names = mark_labels(regions, names, step_labels)
+    epoch_rows = np.flatnonzero(np.isin(kept.group, _ids(groups, epoch_names, domains)))
+    eval_rows = np.flatnonzero(np.isin(kept.group, _ids(groups, eval_names, domains)))
+    result = {}
+    for label in step_labels:
+        ids = _ids(groups, [label], domains)
+        if not ids:
+            continue
+        rows = np.flatnonzero(np.isin(kept.group, ids) & kept.finished)  # the order of durations_s
+        if not len(rows):
+            continue
+        epochs: List[np.ndarray] = []
+        evals: List[np.ndarray] = []
+        during: List[np.ndarray] = []
+        step_pids = kept.pid[rows]
+        for pid in np.unique(step_pids).tolist():
+            index = np.flatnonzero(step_pids == pid)  # indices into durations_s
+            order = np.argsort(kept.start[rows[index]], kind="stable")
+            index = index[order]
+            starts, ends = kept.start[rows[index]], kept.end[rows[index]]
+            mine = epoch_rows[kept.pid[epoch_rows] == pid]
+            first = np.searchsorted(starts, kept.start[mine], side="left")
+            inside = first < len(starts)
+            inside[inside] = starts[first[inside]] <= kept.end[mine][inside]
+            epochs.append(index[first[inside]])
+            mine = eval_rows[kept.pid[eval_rows] == pid]
+            at = np.searchsorted(starts, kept.start[mine], side="right") - 1
+            found = at >= 0
+            evals.append(index[at[found]])
+            during.append(kept.start[mine][found] < ends[at[found]])
+        epoch_steps = np.unique(np.concatenate(epochs))
+        eval_at, eval_during = np.concatenate(evals), np.concatenate(during)
+        order = np.lexsort((eval_during, eval_at))  # by step; an evaluation after the step before one during it
+        eval_steps, first = np.unique(eval_at[order], return_index=True)
+        during_only = eval_during[order][first]
+        result[label] = StepMarks(epoch_steps.astype(np.int64), eval_steps.astype(np.int64), during_only, partial)
+    return result
