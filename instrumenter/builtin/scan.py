@@ -9,9 +9,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .clock import Clock
-from .tracefile import (_HEADER, _RECORD, _STATS_HEAD, CHUNK_MAGIC, KIND_BEGIN, KIND_DOMAIN_NAME, KIND_LIMIT,
-                        KIND_PAUSE, KIND_STATS, KIND_STRING_NAME, RECORD, _EVENT_KINDS, _NAME_KINDS, ProcessTrace,
-                        Stats, TraceFormatError, _decode, _header)
+from .tracefile import (_COUNTER_KINDS, _HEADER, _RECORD, _STATS_HEAD, CHUNK_MAGIC, KIND_BEGIN, KIND_COUNTERS,
+                        KIND_DOMAIN_NAME, KIND_HARDWARE, KIND_HARDWARE2, KIND_NOTE, KIND_PAUSE, KIND_STATS,
+                        KIND_STRING_NAME, RECORD, _EVENT_KINDS, _NAME_KINDS, ProcessTrace, Stats, TraceFormatError,
+                        _decode, _header)
 
 #: How much of a file is read at a time: what bounds the reader's memory, whatever the file's size.
 BLOCK_BYTES = 16 << 20
@@ -92,6 +93,10 @@ def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int, clock: C
                 records = np.frombuffer(bytearray().join(pieces), RECORD)
                 if times:
                     records["ts"] = np.concatenate(times)
+                counted = records["kind"] >= KIND_COUNTERS
+                if counted.any():
+                    _add_counters(trace, records[counted])
+                    records = records[~counted]
                 control = records["kind"] >= KIND_PAUSE
                 if control.any():
                     trace.controls.extend(zip(records["ts"][control].tolist(), records["kind"][control].tolist(),
@@ -118,7 +123,7 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
     if length % RECORD.itemsize == 0:
         records = np.frombuffer(data, RECORD, count=length // RECORD.itemsize, offset=body)
         kinds = records["kind"]
-        if len(kinds) == 0 or (kinds.min() >= KIND_BEGIN and kinds.max() <= KIND_LIMIT):
+        if len(kinds) == 0 or (kinds.min() >= KIND_BEGIN and kinds.max() <= KIND_HARDWARE2):
             return records, None  # the usual chunk: events only
     # a chunk with names in it (a thread's first, mostly) or damage: record by record
     kept: List[Tuple] = []
@@ -130,7 +135,7 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
             break
         record = _RECORD.unpack_from(data, pos)
         kind, name_len, ts, a = record[0], record[2], record[4], record[5]
-        if kind in _EVENT_KINDS:
+        if kind in _EVENT_KINDS or kind in _COUNTER_KINDS:
             kept.append(record)
             pos += _RECORD.size
         elif kind in _NAME_KINDS:
@@ -143,6 +148,9 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
                 trace.domains[a] = name
             elif kind == KIND_STRING_NAME:
                 trace.strings[a] = name
+            elif kind == KIND_NOTE:
+                if name not in trace.notes:
+                    trace.notes.append(name)
             else:
                 previous = thread_names.get(tid)
                 if previous is None or ts >= previous[0]:
@@ -163,6 +171,29 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
             damage = f"damaged at byte {base + pos}: unknown record kind {kind}"
             break
     return np.array(kept, dtype=RECORD), damage
+
+
+def _add_counters(trace: ProcessTrace, records: np.ndarray) -> None:
+    """A thread's counters records of one block, in program order, added to the trace's sums per task."""
+    kinds = records["kind"]
+    at = np.flatnonzero(kinds == KIND_COUNTERS)
+    if not len(at):
+        return
+    following = np.append(kinds, [0, 0])
+    hardware = following[at + 1] == KIND_HARDWARE
+    second = hardware & (following[at + 2] == KIND_HARDWARE2)
+    a, b = records["a"].astype(np.int64), records["b"]
+    one, two = np.minimum(at + 1, len(kinds) - 1), np.minimum(at + 2, len(kinds) - 1)
+    columns = (np.ones(len(at), np.int64), a[at], records["aux"][at].astype(np.int64),
+               records["name_len"][at].astype(np.int64), hardware.astype(np.int64),
+               np.where(hardware, a[one], 0), np.where(hardware, b[one].astype(np.int64), 0),
+               np.where(second, a[two], 0), np.where(second, b[two].astype(np.int64), 0))
+    tasks, which = np.unique(b[at], return_inverse=True)
+    for column, values in enumerate(columns):
+        summed = np.zeros(len(tasks), np.int64)
+        np.add.at(summed, which, values)
+        for task, value in zip(tasks.tolist(), summed.tolist()):
+            trace.counters.setdefault(task, [0] * 9)[column] += value
 
 
 def each_file(directory: Path, open_one) -> Tuple[list, List[str]]:

@@ -125,6 +125,16 @@ kind  name           meaning
 4     resume         ``__itt_resume`` (or scoped)
 5     detach         ``__itt_detach``
 6     limit          the file reached its trace limit (``a`` bytes) here: see The trace limit
+7     counters       at the end of a task of an own domain (``AUTOITT_OWN_DOMAINS``: autoitt's
+                     markers), what the process counted while it ran: ``a`` CPU time (ns,
+                     CLOCK_PROCESS_CPUTIME_ID: every thread), ``b`` the task's string handle,
+                     ``aux`` page faults (minor and major), ``name_len`` context switches
+                     (voluntary and not; ``getrusage(RUSAGE_SELF)``, 65535 at most); see Counters
+8     hardware       right after a counters record where the PMU can be read: ``a`` cycles, ``b``
+                     instructions (user mode, every thread of the process)
+9     hardware 2     right after a hardware record: ``a`` cache misses, ``b`` branch misses
+20    note           the bytes say something about the collection (why hardware counters are
+                     not read: ``perf_event_open`` refused or not supported)
 16    domain name    the domain at pointer ``a`` is named by the bytes
 17    string name    the string handle at pointer ``a`` is named by the bytes
 18    thread name    the chunk's thread is named by the bytes (its ``prctl`` name when it
@@ -142,6 +152,20 @@ is created (or, for objects an ITT static part created before it attached the
 collector, when it attaches), before any event that uses them; a forked
 child's file repeats every name the parent knew.  A pointer without a name
 record is shown as ``<domain 0x...>``/``<string 0x...>``, with a warning.
+
+Counters
+--------
+
+With ``AUTOITT_OWN_DOMAINS`` naming autoitt's domains (comma-separated), the
+collector reads the process's CPU time, page faults and context switches
+when a task of one of them begins, and writes what they grew by when it ends
+(counters record, kind 7); where ``perf_event_open`` gives hardware counters
+(cycles, instructions, cache misses, branch misses: not in most VMs), kinds 8
+and 9 follow it with theirs. The counts are the process's, every thread
+included (OpenMP workers count in the step that keeps them busy); nested own
+tasks each count their own span (an epoch's include its steps'). Past the
+trace limit they are not written: they cover the tasks before it (their count
+says how many).
 
 Collection control
 ------------------
@@ -220,10 +244,13 @@ RECORD = np.dtype([("kind", "u1"), ("flags", "u1"), ("name_len", "<u2"), ("aux",
                    ("ts", "<u8"), ("a", "<u8"), ("b", "<u8")])
 
 KIND_BEGIN, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_DETACH, KIND_LIMIT = 1, 2, 3, 4, 5, 6
-KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS = 16, 17, 18, 19
+KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2 = 7, 8, 9
+KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS, KIND_NOTE = 16, 17, 18, 19, 20
 _EVENT_KINDS = {KIND_BEGIN: "begin", KIND_END: "end", KIND_PAUSE: "pause",
                 KIND_RESUME: "resume", KIND_DETACH: "detach", KIND_LIMIT: "limit"}
-_NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME)
+#: fixed-size records that are not events (the counters), read with them
+_COUNTER_KINDS = (KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2)
+_NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_NOTE)
 _STATS_HEAD = struct.Struct("<8Q")
 
 
@@ -255,6 +282,12 @@ class ProcessTrace:
     event_count: int = 0
     #: past the trace limit: the collector's counts (see The trace limit)
     stats: List["Stats"] = field(default_factory=list)
+    #: per task string-handle pointer, what its instances' counters records add up to (see Counters):
+    #: [instances, cpu ns, page faults, context switches, instances with hardware counts, cycles,
+    #: instructions, cache misses, branch misses]
+    counters: Dict[int, List[int]] = field(default_factory=dict)
+    #: the collector's notes (note records)
+    notes: List[str] = field(default_factory=list)
 
     def domain_name(self, pointer: int) -> str:
         return self.domains.get(pointer) or f"<domain {pointer:#x}>"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 __all__ = ["CollectorMissing", "library_path", "environment"]
 
@@ -50,17 +50,24 @@ def library_path() -> Path:
     return Path(origin).resolve()
 
 
-def environment(trace_dir: Path, start_paused: bool, trace_limit: Optional[int] = None) -> Dict[str, str]:
+def environment(trace_dir: Path, start_paused: bool, trace_limit: Optional[int] = None, sample_hz: Optional[int] = None,
+                own_domains: Sequence[str] = ()) -> Dict[str, str]:
     """The variables to add to a target's environment so it records into trace_dir.
 
     ``start_paused`` is VTune's ``-start-paused``: tasks are dropped until the
     target's first ``itt.resume()``. ``trace_limit``: the bytes each process's
     file may take; past them the collector counts instead of recording (the
-    trace format's "The trace limit").
+    trace format's "The trace limit"). ``sample_hz``: CPU-time samples per second of each thread
+    (``samples-<pid>.bin``; 0: none; None: the collector's default, 1000); ``own_domains``: the domains of autoitt's markers, whose tasks (steps,
+    epochs, evaluations) a sample is attributed to, and inherited by threads with none of their own.
     """
-    return {
+    variables = {
         "INTEL_LIBITTNOTIFY64": str(library_path()),
         "AUTOITT_TRACE_DIR": str(Path(trace_dir).resolve()),
         "AUTOITT_START_PAUSED": "1" if start_paused else "0",
         "AUTOITT_TRACE_LIMIT": str(trace_limit or 0),
+        "AUTOITT_OWN_DOMAINS": ",".join(own_domains),
     }
+    if sample_hz is not None:
+        variables["AUTOITT_SAMPLE_HZ"] = str(max(int(sample_hz), 0))
+    return variables

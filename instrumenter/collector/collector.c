@@ -124,8 +124,8 @@ static const unsigned char ITT_GLOBAL_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 
 
 enum {
     K_BEGIN = 1, K_END = 2, K_PAUSE = 3, K_RESUME = 4, K_DETACH = 5,
-    K_LIMIT = 6,
-    K_DOMAIN_NAME = 16, K_STRING_NAME = 17, K_THREAD_NAME = 18, K_STATS = 19,
+    K_LIMIT = 6, K_COUNTERS = 7, K_HARDWARE = 8, K_HARDWARE2 = 9,
+    K_DOMAIN_NAME = 16, K_STRING_NAME = 17, K_THREAD_NAME = 18, K_STATS = 19, K_NOTE = 20,
 };
 #define F_SCOPED 1u      /* pause/resume came from __itt_*_scoped; aux = scope */
 #define F_CHILD_NS 2u    /* an end past the limit: b = ns its task spent in child tasks not in the file */
@@ -203,8 +203,21 @@ typedef struct tbuf {
     int depth;                       /* open tasks, counted in forked children only (owner) */
     int written_depth;               /* tasks whose begin is in the file and end is not (flush_lock) */
     struct agg_state *agg;           /* past the trace limit: the thread's counts (flush_lock) */
+    /* sampler hook: the thread's open tasks, innermost last, for samples (sampler.c); the owner
+       writes them, its own signal handler reads them.  Kept while collecting only, like the trace;
+       after a pause the stack starts empty again (task_epoch), as an end dropped while paused would
+       leave its task on it for good */
+    uint32_t task_depth;             /* open tasks; only the first TASK_STACK are stored */
+    uint32_t task_epoch;             /* g_task_epoch when the stack was last valid */
+    struct task_ref { uint64_t domain, name; } tasks[64];
+    /* counters hook: at each open own task, what the process had counted when it began (counters.h) */
+    struct own_counts { uint64_t cpu_ns, faults, switches, hw[4]; } counts[64];
     _Alignas(64) unsigned char data[BUF_BYTES]; /* data[0..CHDR) is room for a chunk header */
 } tbuf;
+#define TASK_STACK 64
+
+#include "tasks.h" /* sampler hook: the task stack's upkeep, and sampler.c's entry points */
+#include "counters.h" /* counters per own task */
 
 static tbuf *g_buffers;
 static __thread tbuf *t_buf;
@@ -589,6 +602,8 @@ static void agg_records(tbuf *b, uint32_t s, uint32_t e, int in_signal)
                 g->file_child = 0;
                 b->written_depth--;
             } /* else: an end whose begin was dropped (a pause): dropped too */
+        } else if (r->kind >= K_COUNTERS && r->kind <= K_HARDWARE2) {
+            /* past the limit the counters per own task are dropped: they cover the tasks before it */
         } else {
             agg_put(b, r, 0, r->b);  /* pause, resume, detach */
         }
@@ -812,6 +827,8 @@ static __attribute__((noinline)) tbuf *attach_thread(void)
     b->start = CHDR;
     b->seq = 0;
     b->depth = 0;
+    b->task_depth = 0; /* sampler hook */
+    b->task_epoch = atomic_load(&g_task_epoch);
     atomic_store(&b->pos, CHDR);
     char name[17] = {0};
     if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0])
@@ -822,7 +839,9 @@ static __attribute__((noinline)) tbuf *attach_thread(void)
     return b;
 }
 
-static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, uint64_t b)
+/* A record in the thread's buffer; ``small``: the name length field, which the counters record uses for
+   a count (no payload follows). */
+static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t a, uint64_t b)
 {
     tbuf *t = t_buf;
     if (UNLIKELY(!t)) {
@@ -837,13 +856,18 @@ static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, 
     record *r = (record *)(t->data + pos);
     r->kind = kind;
     r->flags = flags;
-    r->name_len = 0;
+    r->name_len = small;
     r->aux = aux;
     r->ts = now_ticks();
     r->a = a;
     r->b = b;
     atomic_store_explicit(&t->pos, pos + REC, memory_order_release);
     return t;
+}
+
+static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, uint64_t b)
+{
+    return emit_with(kind, flags, 0, aux, a, b);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -877,6 +901,7 @@ static itt_domain *col_domain_create(const char *name)
     if (copy) {
         d->flags = 1;  /* ITT's task macros skip a domain whose flags are 0 */
         d->nameA = copy;
+        note_own_domain(d, copy); /* sampler hook */
     }
     pthread_mutex_unlock(&g_mutex);
     return d;
@@ -900,6 +925,7 @@ static void col_task_begin(const itt_domain *domain, itt_id id, itt_id parentid,
     (void)parentid;
     if (UNLIKELY(atomic_load_explicit(&g_state, memory_order_relaxed))) return;
     tbuf *t = emit(K_BEGIN, 0, 0, (uint64_t)(uintptr_t)domain, (uint64_t)(uintptr_t)name);
+    if (LIKELY(t != NULL)) task_push(t, domain, name); /* sampler hook */
     if (UNLIKELY(g_forked) && t) t->depth++;
 }
 
@@ -907,6 +933,7 @@ static void col_task_end(const itt_domain *domain)
 {
     if (UNLIKELY(atomic_load_explicit(&g_state, memory_order_relaxed))) return;
     tbuf *t = emit(K_END, 0, 0, (uint64_t)(uintptr_t)domain, 0);
+    if (LIKELY(t != NULL)) task_pop(t, domain); /* sampler hook */
     /* forked children usually end with _exit() (multiprocessing, DataLoader workers), which
        flushes nothing: there, a thread's buffer is written whenever its outermost task ends */
     if (UNLIKELY(g_forked) && t && --t->depth <= 0) {
@@ -919,7 +946,9 @@ static void col_pause(void)
 {
     emit(K_PAUSE, 0, 0, 0, 0);
     atomic_fetch_or(&g_state, ST_PAUSED);
+    forget_open_tasks(); /* sampler hook */
     flush_all(); /* what was collected so far is on disk */
+    sampler_drain(); /* sampler hook */
 }
 
 static void col_resume(void)
@@ -933,6 +962,7 @@ static void col_pause_scoped(int scope)
     emit(K_PAUSE, F_SCOPED, (uint32_t)scope, 0, 0);
     if (scope & ITT_SCOPE_HOST) {
         atomic_fetch_or(&g_state, ST_PAUSED);
+        forget_open_tasks(); /* sampler hook */
         flush_all();
     }
 }
@@ -948,6 +978,7 @@ static void col_detach(void)
     emit(K_DETACH, 0, 0, 0, 0);
     atomic_fetch_or(&g_state, ST_DETACHED); /* for good: no task is recorded after a detach */
     flush_all();
+    sampler_drain(); /* sampler hook */
 }
 
 static void col_thread_set_name(const char *name)
@@ -975,7 +1006,7 @@ static const struct { const char *name; void *func; } IMPLEMENTED[] = {
     {"__itt_thread_set_name", (void *)col_thread_set_name},
 };
 
-static void flush_at_python_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); }
+static void flush_at_python_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
 
 /* In a Python process, flush at the end of Py_FinalizeEx too: a run stopped by an unhandled
    KeyboardInterrupt finalizes Python, then kills itself with SIGINT, so neither atexit()
@@ -1007,6 +1038,7 @@ EXPORT void __itt_api_init(itt_global *p, int init_groups)
         if (!table_get(&g_domains, d->nameA)) {
             char *key = strdup(d->nameA);
             if (key && !table_put(&g_domains, key, d)) free(key);
+            else if (key) note_own_domain(d, key); /* sampler hook */
         }
     }
     for (itt_string_handle *h = p->string_list; h; h = h->next) {
@@ -1024,6 +1056,7 @@ EXPORT void __itt_api_init(itt_global *p, int init_groups)
             if (strcmp(a->name, IMPLEMENTED[i].name) == 0) { f = IMPLEMENTED[i].func; break; }
         *a->func_ptr = f;
     }
+    sampler_start(); /* sampler hook: once per process */
 }
 
 /* Called by a static part's __itt_fini_ittlib, if ever. */
@@ -1075,6 +1108,7 @@ static void fork_child(void)
         b->written_depth = 0;
         b->agg = NULL; /* the parent's counts stay the parent's (the copy is left, not freed, here) */
         b->start = CHDR;
+        b->task_depth = 0; /* sampler hook: the child's file has none of the parent's begins */
         atomic_store(&b->pos, CHDR);
     }
     t_buf = NULL; /* this thread attaches again, with its new tid, at its next event */
@@ -1082,7 +1116,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&g_mutex);
 }
 
-static void at_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); }
+static void at_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
 
 /* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
    threads buffered is written out first, best effort and with async-signal-safe calls only
@@ -1104,6 +1138,7 @@ static void flush_on_fatal_signal(int sig)
         pthread_mutex_unlock(&b->flush_lock);
     }
     if (locked) pthread_mutex_unlock(&g_mutex);
+    sampler_fatal(); /* sampler hook */
     errno = saved_errno;
     raise(sig); /* SA_RESETHAND restored the default action; it runs once we return */
 }
@@ -1209,6 +1244,8 @@ __attribute__((constructor)) static void collector_load(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
     catch_fatal_signals();
+    sampler_load(); /* sampler hook */
+    counters_load();
 }
 
 __attribute__((destructor)) static void collector_unload(void)
@@ -1216,4 +1253,9 @@ __attribute__((destructor)) static void collector_unload(void)
     atomic_store(&g_exiting, 1);
     flush_all();
     report_losses();
+    sampler_finish(); /* sampler hook */
 }
+
+/* ------------------------------------------------------------------------- */
+/* sampler hook: CPU-time stack sampling (its own file, sharing this one's statics). */
+#include "sampler.c"

@@ -335,7 +335,22 @@ def enter_child(path: str) -> None:
     spawn._fixup_main_from_path = fixup_main_from_path
 
 
+def _sample_from_the_start() -> None:
+    """Starts the built-in collector's sampling now, so that imports and data preparation are sampled too
+    (else it starts at the script's first ITT call). Not with VTune's collector, nor with sampling off."""
+    library = os.environ.get("INTEL_LIBITTNOTIFY64")
+    if not library or os.environ.get("AUTOITT_SAMPLE_HZ", "1000") == "0" or "AUTOITT_TRACE_DIR" not in os.environ:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(library).autoitt_start_sampling()
+    except (OSError, AttributeError):
+        pass  # another collector: it samples (or not) on its own
+
+
 def main(argv: list) -> None:
+    _sample_from_the_start()
     instrumentation = None
     if argv[:1] == [INSTRUMENTATION_OPTION] and len(argv) > 1:
         instrumentation = _Instrumentation(argv[1])

@@ -1,0 +1,249 @@
+"""Name native addresses of a samples file offline (:mod:`.samplefile`): function, library, offset.
+
+An address is looked up in the process's executable mappings (the file's map
+records), turned into the library's own virtual address (the ELF ``PT_LOAD``
+segment holding that file offset) and found among the library's function
+symbols (``.symtab`` when the library has one, and ``.dynsym``), by binary
+search over a sorted numpy array.  The ELF reader is a small one here (struct
+and numpy over an ``mmap`` of the file; no dependency).  C++ names are
+demangled with libstdc++'s ``__cxa_demangle`` (through ctypes; mangled names
+stay as they are where it is missing).
+
+Each library's table is built once per process and kept (:func:`elf_symbols`
+caches by path, size and modification time); libtorch_cpu.so, the largest
+(434 MB, 0.5 M symbols in ``.symtab``), takes about a second: see
+``benchmarks/README.md``.
+
+Addresses are lookup addresses as :attr:`.samplefile.SampleFile.stacks` gives
+them (a return address minus one, the interrupted instruction's own).  A JIT
+frame (an anonymous executable mapping, e.g. oneDNN's kernels) has no library
+file: it gets ``name`` None and ``library`` ``"[anon]"``; an address in no
+mapping gets ``library`` None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import struct
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .samplefile import Mapping
+
+__all__ = ["NativeSymbol", "ElfSymbols", "Symbolizer", "elf_symbols", "demangle"]
+
+
+class NativeSymbol(NamedTuple):
+    """What an address is: ``name`` (demangled; None where no symbol covers it), ``library`` (the file's
+    basename; ``"[anon]"`` for anonymous code, None outside every mapping) and ``offset`` (the address in the
+    library's own virtual addresses, what ``addr2line -e library`` takes; the process address when there is
+    no library)."""
+
+    name: Optional[str]
+    library: Optional[str]
+    offset: int
+
+    def text(self) -> str:
+        if self.name:
+            return self.name
+        if self.library:
+            return f"{self.library}+{self.offset:#x}"
+        return f"{self.offset:#x}"
+
+
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_PHDR = struct.Struct("<IIQQQQQQ")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+SHT_SYMTAB, SHT_DYNSYM, PT_LOAD = 2, 11, 1
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+
+
+class ElfSymbols:
+    """The function symbols of one ELF file (x86-64, little-endian, 64-bit)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        data = self._map
+        ident, _type, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, \
+            shnum, _shstrndx = _EHDR.unpack_from(data, 0)
+        if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+            raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+        #: PT_LOAD segments: (file offset, file size, virtual address)
+        self.segments: List[Tuple[int, int, int]] = []
+        for i in range(phnum):
+            p_type, _pflags, offset, vaddr, _paddr, filesz, _memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
+            if p_type == PT_LOAD:
+                self.segments.append((offset, filesz, vaddr))
+        sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)] if shoff else []
+        values, sizes, names, tables, binds = [], [], [], [], []
+        self._strtabs: List[Tuple[int, int]] = []
+        for sh_name, sh_type, _f, _addr, sh_offset, sh_size, sh_link, _info, _align, sh_entsize in sections:
+            if sh_type not in (SHT_SYMTAB, SHT_DYNSYM) or sh_entsize != _SYM.itemsize or sh_link >= len(sections):
+                continue
+            syms = np.frombuffer(data, _SYM, count=sh_size // _SYM.itemsize, offset=sh_offset)
+            kind = syms["info"] & 0xF
+            keep = ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC)) & (syms["shndx"] != 0) & (syms["value"] != 0)
+            syms = syms[keep]
+            strtab = sections[sh_link]
+            self._strtabs.append((strtab[4], strtab[5]))
+            values.append(syms["value"])
+            sizes.append(syms["size"])
+            names.append(syms["name"])
+            tables.append(np.full(len(syms), len(self._strtabs) - 1, np.uint8))
+            binds.append(syms["info"] >> 4)
+        if values:
+            value = np.concatenate(values)
+            order = np.lexsort((-(np.concatenate(binds).astype(np.int16)), value))  # by address, global first
+            value = value[order]
+            first = np.ones(len(value), bool)
+            first[1:] = value[1:] != value[:-1]
+            pick = order[first]
+            self.values = value[first]
+            self.sizes = np.concatenate(sizes)[pick]
+            self._names = np.concatenate(names)[pick]
+            self._tables = np.concatenate(tables)[pick]
+        else:
+            self.values = self.sizes = np.zeros(0, np.uint64)
+            self._names = np.zeros(0, np.uint32)
+            self._tables = np.zeros(0, np.uint8)
+        self._name_cache: Dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def vaddr(self, file_offset: int) -> Optional[int]:
+        """The virtual address of a file offset (in a PT_LOAD segment), or None."""
+        for offset, filesz, vaddr in self.segments:
+            if offset <= file_offset < offset + filesz:
+                return vaddr + file_offset - offset
+        return None
+
+    def lookup(self, vaddr: int) -> Optional[Tuple[str, int]]:
+        """The (mangled) name and start of the function holding ``vaddr``, or None."""
+        i = int(np.searchsorted(self.values, np.uint64(vaddr), side="right")) - 1
+        if i < 0:
+            return None
+        start, size = int(self.values[i]), int(self.sizes[i])
+        if size and vaddr >= start + size:
+            return None
+        name = self._name_cache.get(i)
+        if name is None:
+            table_offset, table_size = self._strtabs[int(self._tables[i])]
+            begin = table_offset + int(self._names[i])
+            end = self._map.find(b"\0", begin, table_offset + table_size)
+            name = self._name_cache[i] = bytes(self._map[begin:end if end >= 0 else begin]).decode("utf-8", "replace")
+        return name, start
+
+
+_ELF_CACHE: Dict[Tuple[str, int, int], Optional[ElfSymbols]] = {}
+
+
+def elf_symbols(path: str) -> Optional[ElfSymbols]:
+    """The symbols of the ELF file at ``path``, read once per process (None if it cannot be read)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _ELF_CACHE:
+        try:
+            _ELF_CACHE[key] = ElfSymbols(path)
+        except (OSError, ValueError, struct.error):
+            _ELF_CACHE[key] = None
+    return _ELF_CACHE[key]
+
+
+_DEMANGLED: Dict[str, str] = {}
+_demangler = None
+
+
+def _load_demangler():
+    global _demangler
+    if _demangler is None:
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+            libc = ctypes.CDLL(None)
+            demangle_fn = lib.__cxa_demangle
+            demangle_fn.restype = ctypes.c_void_p
+            demangle_fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            libc.free.argtypes = [ctypes.c_void_p]
+            _demangler = (demangle_fn, libc.free)
+        except (OSError, AttributeError):
+            _demangler = False
+    return _demangler
+
+
+def demangle(name: str) -> str:
+    """A C++ symbol's demangled name (``__cxa_demangle``), or the name itself."""
+    if not name.startswith("_Z"):
+        return name
+    found = _DEMANGLED.get(name)
+    if found is None:
+        found = name
+        tools = _load_demangler()
+        if tools:
+            demangle_fn, free = tools
+            status = ctypes.c_int(0)
+            raw = demangle_fn(name.encode(), None, None, ctypes.byref(status))
+            if raw:
+                try:
+                    if status.value == 0:
+                        found = ctypes.string_at(raw).decode("utf-8", "replace")
+                finally:
+                    free(raw)
+        _DEMANGLED[name] = found
+    return found
+
+
+class Symbolizer:
+    """Names addresses of one process, from its executable mappings (a samples file's latest snapshot, or
+    any list of :class:`~.samplefile.Mapping`); answers are cached per address."""
+
+    def __init__(self, maps: Sequence[Mapping]) -> None:
+        self.maps = sorted(maps, key=lambda m: m.start)
+        self._starts = np.array([m.start for m in self.maps], np.uint64)
+        self._cache: Dict[int, NativeSymbol] = {}
+
+    @classmethod
+    def for_file(cls, sample_file) -> "Symbolizer":
+        """For a :class:`~.samplefile.SampleFile`: its map snapshots merged, later ones winning."""
+        merged: Dict[Tuple[int, int], Mapping] = {}
+        for snapshot in sample_file.maps:
+            for m in snapshot:
+                merged[(m.start, m.end)] = m
+        return cls(list(merged.values()))
+
+    def mapping(self, address: int) -> Optional[Mapping]:
+        i = int(np.searchsorted(self._starts, np.uint64(address), side="right")) - 1
+        if i >= 0 and address < self.maps[i].end:
+            return self.maps[i]
+        return None
+
+    def lookup(self, address: int) -> NativeSymbol:
+        found = self._cache.get(address)
+        if found is None:
+            found = self._cache[address] = self._lookup(address)
+        return found
+
+    def _lookup(self, address: int) -> NativeSymbol:
+        m = self.mapping(address)
+        if m is None:
+            return NativeSymbol(None, None, address)
+        if not m.path.startswith("/"):
+            return NativeSymbol(None, m.path or "[anon]", address - m.start)
+        library = os.path.basename(m.path)
+        elf = elf_symbols(m.path)
+        file_offset = address - m.start + m.offset
+        vaddr = elf.vaddr(file_offset) if elf is not None else None
+        if vaddr is None:
+            return NativeSymbol(None, library, file_offset)
+        hit = elf.lookup(vaddr)
+        return NativeSymbol(demangle(hit[0]) if hit else None, library, vaddr)

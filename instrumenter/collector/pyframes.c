@@ -1,0 +1,321 @@
+/*
+ * The sampler's Python frames: the interrupted thread's CPython frame chain, read from inside
+ * the sampling signal's handler (see sampler.c).  Built against the running interpreter's
+ * headers, internal ones included (Py_BUILD_CORE), for CPython 3.11: its
+ * tstate->cframe->current_frame chain of _PyInterpreterFrame.  3.12 keeps cframe but marks
+ * C-level entries differently and 3.13 moved the chain (tstate->current_frame, f_executable):
+ * neither is handled here, so on any other version than the one built for, walks give nothing
+ * and pyframes_init says why.
+ *
+ * Nothing here links to libpython: its symbols are looked up with dlsym at init (the collector
+ * is also loaded into processes without Python), and only struct layouts and inline helpers of
+ * the headers are used.
+ *
+ * Safety of a walk inside a signal handler:
+ *  - the thread state comes from PyGILState_GetThisThreadState (a pthread_getspecific), which
+ *    is NULL for threads without Python and before initialization; walks stop once
+ *    _Py_IsFinalizing() says finalization began (the states of daemon threads are freed then);
+ *  - a frame must lie in one of the thread's data-stack chunks (a popped chunk is unlinked
+ *    before it is freed), or be a generator's frame (owned by a live generator while it runs);
+ *    its code object must be a PyCode_Type object; the depth is capped;
+ *  - frames that are incomplete (before their first instruction) are skipped.
+ * Lines are not computed here: a frame is recorded as (code id, last instruction), and each
+ * code object's line table is copied once, so the reader computes lines offline.
+ *
+ * Code ids: a lock-free open-addressing table keyed by the code object's address, filled by
+ * whichever handler sees a code object first (a CAS claims a slot; the id is published once the
+ * names are copied into a preallocated arena).  Against an address reused by a new code object
+ * after the old one was freed, an entry also checks co_firstlineno and the addresses of
+ * co_filename, co_qualname and co_linetable; a mismatch gets a new entry.
+ */
+#define NDEBUG 1
+#define Py_BUILD_CORE 1
+#define _GNU_SOURCE
+#include <Python.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "pyframes.h"
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#include "internal/pycore_frame.h"
+#define PYF_BUILT 1
+#else
+#define PYF_BUILT 0
+#endif
+
+#define CODE_SLOTS PYFRAMES_MAX_CODES    /* code objects: the table's capacity */
+#define ARENA_BYTES (64u << 20)         /* their names and line tables (reserved, touched as used) */
+#define NAME_CAP 1024u                  /* bytes of a file name or qualified name kept */
+#define LINETABLE_CAP (64u << 10)
+
+typedef struct code_slot {
+    _Atomic uintptr_t key;              /* the code object's address; 0: free */
+    _Atomic uint32_t id;                /* 0 while being filled in */
+    int32_t firstlineno;
+    uintptr_t filename, qualname, linetable; /* the addresses checked against reuse */
+    uint32_t offset;                    /* of the copied bytes in the arena */
+    uint32_t filename_len, qualname_len, linetable_len;
+} code_slot;
+
+static int g_status;
+static code_slot *g_slots;
+static _Atomic uint32_t *g_id_slot;     /* id -> slot index + 1 */
+static _Atomic uint32_t g_next_id = 1;
+static _Atomic int g_filling;           /* handlers filling a slot in right now */
+static unsigned char *g_arena;
+static _Atomic size_t g_arena_used;
+
+#if PYF_BUILT
+static PyThreadState *(*p_this_tstate)(void);
+static int (*p_is_finalizing)(void);
+static PyTypeObject *p_code_type, *p_unicode_type, *p_bytes_type;
+#endif
+
+int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, uint64_t *eval_start,
+                  uint64_t *eval_size)
+{
+    reason[0] = 0;
+    *running_version = 0;
+    *eval_start = *eval_size = 0;
+    void *this_tstate = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+    if (!this_tstate) return g_status = PYF_NONE;
+    const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11+ */
+    *running_version = version ? (uint32_t)*version : 0;
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym) {
+        *eval_start = (uint64_t)(uintptr_t)eval;
+        *eval_size = sym->st_size;
+    }
+    if (!PYF_BUILT || !version || (*version >> 16) != ((unsigned long)PY_VERSION_HEX >> 16)) {
+        char running[32] = "before 3.11";
+        if (version) snprintf(running, sizeof running, "%lu.%lu", *version >> 24, (*version >> 16) & 0xff);
+        snprintf(reason, reason_size,
+                 "Python frames need CPython %d.%d (the collector was built for it; 3.11 is the only version "
+                 "it supports) but this process runs Python %s: samples have native frames only",
+                 PY_MAJOR_VERSION, PY_MINOR_VERSION, running);
+        return g_status = PYF_UNSUPPORTED;
+    }
+#if PYF_BUILT
+    p_this_tstate = (PyThreadState * (*)(void)) this_tstate;
+    *(void **)&p_is_finalizing = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+    p_code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
+    p_unicode_type = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
+    p_bytes_type = dlsym(RTLD_DEFAULT, "PyBytes_Type");
+    if (!p_code_type || !p_unicode_type || !p_bytes_type || !p_is_finalizing) {
+        snprintf(reason, reason_size, "Python frames: the interpreter does not export what they need "
+                 "(PyCode_Type, _Py_IsFinalizing): samples have native frames only");
+        return g_status = PYF_UNSUPPORTED;
+    }
+    if (!g_slots) {
+        void *slots = mmap(NULL, CODE_SLOTS * sizeof(code_slot), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void *ids = mmap(NULL, (CODE_SLOTS + 1) * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void *arena = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (slots == MAP_FAILED || ids == MAP_FAILED || arena == MAP_FAILED) {
+            snprintf(reason, reason_size, "Python frames: no memory for the code table: samples have native frames only");
+            return g_status = PYF_UNSUPPORTED;
+        }
+        g_slots = slots;
+        g_id_slot = ids;
+        g_arena = arena;
+    }
+    return g_status = PYF_OK;
+#else
+    return g_status = PYF_UNSUPPORTED;
+#endif
+}
+
+uint32_t pyframes_code_next(void) { return atomic_load(&g_next_id); }
+
+int pyframes_code_get(uint32_t id, pyframes_code *out)
+{
+    if (!g_id_slot || id == 0 || id > CODE_SLOTS) return 0;
+    uint32_t index = atomic_load_explicit(&g_id_slot[id], memory_order_acquire);
+    if (index == 0) return 0;
+    const code_slot *s = &g_slots[index - 1];
+    out->firstlineno = s->firstlineno;
+    out->filename_len = s->filename_len;
+    out->qualname_len = s->qualname_len;
+    out->linetable_len = s->linetable_len;
+    out->filename = (const char *)g_arena + s->offset;
+    out->qualname = out->filename + s->filename_len;
+    out->linetable = (const unsigned char *)out->qualname + s->qualname_len;
+    return 1;
+}
+
+#if PYF_BUILT
+
+/* A str's characters as UTF-8 into out (at most cap bytes, whole characters); its length. */
+static uint32_t copy_str(PyObject *o, unsigned char *out, uint32_t cap)
+{
+    if (!o || ((uintptr_t)o & 7) || Py_TYPE(o) != p_unicode_type) return 0;
+    PyASCIIObject *a = (PyASCIIObject *)o;
+    Py_ssize_t len = a->length;
+    unsigned kind = a->state.kind;
+    const void *data;
+    if (a->state.compact && a->state.ascii) data = a + 1;
+    else if (a->state.compact) data = (PyCompactUnicodeObject *)o + 1;
+    else if (a->state.ready) data = ((PyUnicodeObject *)o)->data.any;
+    else return 0;
+    if (!data || len < 0) return 0;
+    uint32_t n = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        uint32_t c = kind == 1 ? ((const uint8_t *)data)[i] : kind == 2 ? ((const uint16_t *)data)[i]
+                                                                        : ((const uint32_t *)data)[i];
+        unsigned char buf[4];
+        uint32_t k;
+        if (c < 0x80) { buf[0] = (unsigned char)c; k = 1; }
+        else if (c < 0x800) { buf[0] = 0xc0 | (c >> 6); buf[1] = 0x80 | (c & 0x3f); k = 2; }
+        else if (c < 0x10000) { buf[0] = 0xe0 | (c >> 12); buf[1] = 0x80 | ((c >> 6) & 0x3f); buf[2] = 0x80 | (c & 0x3f); k = 3; }
+        else { buf[0] = 0xf0 | (c >> 18); buf[1] = 0x80 | ((c >> 12) & 0x3f); buf[2] = 0x80 | ((c >> 6) & 0x3f); buf[3] = 0x80 | (c & 0x3f); k = 4; }
+        if (n + k > cap) break;
+        memcpy(out + n, buf, k);
+        n += k;
+    }
+    return n;
+}
+
+/* Fills a claimed slot: copies the names and line table, then gives the id (0: no room). */
+static uint32_t code_fill(code_slot *s, PyCodeObject *co, int32_t firstlineno, uintptr_t filename, uintptr_t qualname,
+                          uintptr_t linetable)
+{
+    s->firstlineno = firstlineno;
+    s->filename = filename;
+    s->qualname = qualname;
+    s->linetable = linetable;
+    /* the copies: names, then the line table, in one piece of the arena */
+    uint32_t lt_len = 0;
+    PyObject *lt = co->co_linetable;
+    if (lt && !((uintptr_t)lt & 7) && Py_TYPE(lt) == p_bytes_type && Py_SIZE(lt) >= 0)
+        lt_len = Py_SIZE(lt) > (Py_ssize_t)LINETABLE_CAP ? 0 : (uint32_t)Py_SIZE(lt);
+    size_t need = 2 * NAME_CAP + lt_len;
+    size_t offset = atomic_fetch_add(&g_arena_used, need);
+    if (offset + need > ARENA_BYTES) return 0; /* the slot stays claimed, without id: never matched */
+    unsigned char *dst = g_arena + offset;
+    s->offset = (uint32_t)offset;
+    s->filename_len = copy_str(co->co_filename, dst, NAME_CAP);
+    s->qualname_len = copy_str(co->co_qualname, dst + s->filename_len, NAME_CAP);
+    if (lt_len) memcpy(dst + s->filename_len + s->qualname_len, ((PyBytesObject *)lt)->ob_sval, lt_len);
+    s->linetable_len = lt_len;
+    uint32_t id = atomic_fetch_add(&g_next_id, 1);
+    if (id > CODE_SLOTS) return 0;
+    atomic_store_explicit(&g_id_slot[id], (uint32_t)((s - g_slots) + 1), memory_order_release);
+    atomic_store_explicit(&s->id, id, memory_order_release);
+    return id;
+}
+
+/* The code object's id; 0 when it cannot have one now (being filled in by another thread, or no room). */
+static uint32_t code_id(PyCodeObject *co)
+{
+    uintptr_t key = (uintptr_t)co;
+    uintptr_t filename = (uintptr_t)co->co_filename, qualname = (uintptr_t)co->co_qualname;
+    uintptr_t linetable = (uintptr_t)co->co_linetable;
+    int32_t firstlineno = co->co_firstlineno;
+    uint32_t h = (uint32_t)((key >> 4) * 0x9E3779B97F4A7C15ull >> 40);
+    for (uint32_t probe = 0; probe < 64; probe++) {
+        code_slot *s = &g_slots[(h + probe) & (CODE_SLOTS - 1)];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == 0) {
+            uintptr_t expected = 0;
+            atomic_fetch_add(&g_filling, 1);
+            if (!atomic_compare_exchange_strong(&s->key, &expected, key)) {
+                atomic_fetch_sub(&g_filling, 1);
+                if (expected != key) continue;
+                return 0; /* another thread claimed it for this code object just now */
+            }
+            uint32_t id = code_fill(s, co, firstlineno, filename, qualname, linetable);
+            atomic_fetch_sub(&g_filling, 1);
+            return id;
+        }
+        if (k != key) continue;
+        uint32_t id = atomic_load_explicit(&s->id, memory_order_acquire);
+        if (id == 0) return 0;
+        if (s->firstlineno == firstlineno && s->filename == filename && s->qualname == qualname
+            && s->linetable == linetable)
+            return id;
+        /* the address of a freed code object, reused: look further */
+    }
+    return 0;
+}
+
+void pyframes_fork_child(void)
+{
+    /* a slot another thread was filling when the process forked stays claimed without id for good:
+       the child has that thread no more, so free it */
+    if (!g_slots || atomic_load(&g_filling) == 0) return;
+    for (uint32_t i = 0; i < CODE_SLOTS; i++)
+        if (atomic_load(&g_slots[i].key) && !atomic_load(&g_slots[i].id)) atomic_store(&g_slots[i].key, 0);
+    atomic_store(&g_filling, 0);
+}
+
+/* Copies n bytes from src, or fails (EFAULT) where they are not mapped: a read that cannot crash. */
+static int probe_read(const void *src, void *dst, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)(uintptr_t)src, n};
+    return syscall(SYS_process_vm_readv, (pid_t)syscall(SYS_getpid), &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
+/* Whether f can be read: in one of the thread's data-stack chunks, or a generator's frame.  A frame
+   outside the chunks is probed before it is read: the frame the thread is popping can be in a chunk
+   _PyThreadState_PopFrame has just unlinked and unmapped, while cframe->current_frame still points at
+   it (ceval updates it after the pop).  Reading it directly crashed 1 run in 16. */
+static int frame_readable(PyThreadState *ts, _PyInterpreterFrame *f)
+{
+    uintptr_t a = (uintptr_t)f;
+    if (a < 4096 || (a & 7) || a >= ((uintptr_t)1 << 47)) return 0;
+    int n = 0;
+    for (_PyStackChunk *c = ts->datastack_chunk; c && n < 256; c = c->previous, n++)
+        if (a >= (uintptr_t)c && a + sizeof(_PyInterpreterFrame) <= (uintptr_t)c + c->size) return 1;
+    _PyInterpreterFrame copy;
+    return probe_read(f, &copy, sizeof copy) && copy.owner == FRAME_OWNED_BY_GENERATOR;
+}
+
+int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
+{
+    *flags = 0;
+    if (g_status != PYF_OK || p_is_finalizing()) return 0;
+    PyThreadState *ts = p_this_tstate();
+    if (!ts || ((uintptr_t)ts & 7)) return 0;
+    _PyCFrame *cframe = ts->cframe;
+    if (!cframe || ((uintptr_t)cframe & 7)) return 0;
+    int n = 0;
+    for (_PyInterpreterFrame *f = cframe->current_frame; f; f = f->previous) {
+        if (n == max) { *flags |= PYW_TRUNCATED; break; }
+        if (!frame_readable(ts, f)) { *flags |= PYW_INVALID; break; }
+        PyCodeObject *co = f->f_code;
+        if (!co || ((uintptr_t)co & 7) || Py_TYPE(co) != p_code_type) { *flags |= PYW_INVALID; break; }
+        if (_PyFrame_IsIncomplete(f)) continue;
+        intptr_t lasti = f->prev_instr - _PyCode_CODE(co);
+        if (lasti < -1 || lasti >= Py_SIZE(co)) lasti = -1;
+        uint32_t id = code_id(co);
+        if (!id) *flags |= PYW_UNKNOWN_CODE;
+        out[n++] = (uint64_t)id << 32 | (uint32_t)((lasti + 1) << 1) | (f->is_entry ? 1u : 0u);
+    }
+    return n;
+}
+
+#else
+
+void pyframes_fork_child(void) {}
+
+int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
+{
+    (void)out;
+    (void)max;
+    *flags = 0;
+    return 0;
+}
+
+#endif

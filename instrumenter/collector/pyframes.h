@@ -1,0 +1,51 @@
+/*
+ * The sampler's Python frames (pyframes.c): CPython internals, read from a signal handler.
+ * Used by sampler.c; see its header comment.
+ */
+#ifndef AUTOITT_PYFRAMES_H
+#define AUTOITT_PYFRAMES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { PYF_NONE = 0, PYF_OK = 1, PYF_UNSUPPORTED = 2 };
+
+/* Looks up the interpreter (dlsym: the collector is loaded into non-Python processes too).
+ * Returns PYF_OK when Python frames can be walked, PYF_NONE when this is no Python process, and
+ * PYF_UNSUPPORTED, with why in reason, for a Python other than the one built for.  Also gives
+ * the running version (Py_Version, 0 if unknown) and the address and size of
+ * _PyEval_EvalFrameDefault (0 if unknown). */
+int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, uint64_t *eval_start,
+                  uint64_t *eval_size);
+
+/* Walk flags */
+#define PYW_TRUNCATED 1u       /* more frames than max */
+#define PYW_INVALID 2u         /* stopped at a frame that did not look valid */
+#define PYW_UNKNOWN_CODE 4u    /* a frame's code object could not be given an id (0 recorded) */
+
+/* The calling thread's Python frames, innermost first, as
+ *   code_id << 32 | (lasti + 1) << 1 | is_entry
+ * (lasti: the index, in code units, of the frame's last instruction; -1 before the first).
+ * Async-signal-safe (no locks, no allocation): meant for the sampling signal's handler. */
+int pyframes_walk(uint64_t *out, int max, uint32_t *flags);
+
+/* A code object seen by pyframes_walk, by id (1, 2, ... in order of first sight). */
+typedef struct pyframes_code {
+    int32_t firstlineno;
+    uint32_t filename_len, qualname_len, linetable_len;
+    const char *filename, *qualname;         /* UTF-8, not terminated */
+    const unsigned char *linetable;          /* co_linetable's bytes */
+} pyframes_code;
+
+#define PYFRAMES_MAX_CODES (1u << 16) /* ids go from 1 to this */
+
+/* The next id to be given (ids below it have been given, maybe not yet filled in). */
+uint32_t pyframes_code_next(void);
+
+/* 1 and *out when code id is filled in; 0 while its first walk is still copying it. */
+int pyframes_code_get(uint32_t id, pyframes_code *out);
+
+/* In a forked child, before any walk: forgets what threads that did not survive the fork left half done. */
+void pyframes_fork_child(void);
+
+#endif

@@ -1,0 +1,1263 @@
+/*
+ * CPU-time stack sampling inside the collector.  Included at the end of collector.c (it uses
+ * the collector's record clock, directory, collection state and per-thread buffers); the
+ * Python frames are in pyframes.c, the native stack walk in unwind.c.  It writes
+ * $AUTOITT_TRACE_DIR/samples-<pid>.bin, whose format is documented in one place only: the
+ * docstring of instrumenter/builtin/samplefile.py (the reader).  Keep the two in sync.
+ *
+ * Mechanism (measurements: /work/shared/research/sampling.md and benchmarks/README.md):
+ *  - per thread, a perf_event_open software event PERF_COUNT_SW_CPU_CLOCK (an hrtimer on the
+ *    thread's CPU time, so a real 1 kHz, where POSIX CPU-time timers fire at most at the kernel
+ *    tick, 250/s here), exclude_kernel (allowed with perf_event_paranoid <= 2, no capability
+ *    needed: the threads are our own), no mmap ring: the fd is O_ASYNC with F_SETSIG and
+ *    F_SETOWN_EX(F_OWNER_TID), so each overflow sends the signal to the sampled thread itself,
+ *    and its siginfo's si_fd says which thread state to fill;
+ *  - where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile:
+ *    Docker's default one refuses it without CAP_PERFMON), per-thread POSIX timers on the
+ *    thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel tick's rate, each sample
+ *    weighted by the periods it stands for (1 + the timer's overrun); the reason is recorded;
+ *  - the signal is SIGURG unless the program handles it (then SIGPROF, then real-time
+ *    signals), or AUTOITT_SAMPLE_SIGNAL: SIGURG's default action is to ignore it, so a
+ *    sampling signal left pending across an exec, or met after a program reset our handler,
+ *    kills nothing; it is not a real-time signal, so the kernel never falls back to SIGIO when
+ *    its queue is full.  SA_RESTART; and the signal only ever interrupts a thread running in
+ *    user mode (the event counts the thread's own CPU time), so sleeps and blocking reads see
+ *    no EINTR from it in practice;
+ *  - a scanner thread ("autoitt-sampler"), started at the first ITT call (__itt_api_init), and
+ *    in each forked child by the fork handler, lists /proc/self/task every 50 ms (20 ms in a
+ *    forked child): it opens an
+ *    event for each new thread (the main thread and threads older than the collector
+ *    included), closes those of threads gone, links each thread's state to its trace buffer
+ *    (for task attribution), drains the per-thread sample rings into the file and keeps the
+ *    unwinder's copy of the memory map current.  Threads that start and end between two scans
+ *    are not sampled.
+ *
+ * The signal handler (async-signal-safe: no lock, no allocation, errno kept) fills one slot of
+ * the thread's preallocated ring, or counts a drop when the ring is full: the record clock's
+ * time (now_ticks(), as the trace), the collection state, the thread's innermost open ITT task
+ * and innermost open task of an own domain (autoitt's markers': AUTOITT_OWN_DOMAINS, default
+ * "autoitt.train"; from the task stack its trace buffer keeps, see tasks.h), else the process's
+ * current own task flagged inherited, the native stack (unwind.c, from the ucontext) and the
+ * Python frames (pyframes.c).  __thread variables
+ * are never touched from the handler (in a dlopen'ed library their first access from a thread
+ * may allocate): the thread state comes from si_fd (perf) or si_value (timers).
+ *
+ * Writing: the scanner thread gives stacks ids (each distinct stack is written once) and writes
+ * batches of fixed-size sample entries.  At a pause or detach the rings are drained at once; at
+ * exit (atexit, the end of Python's finalization, the library's destructor) the events are
+ * closed and what is left written, with the memory map and the counts; on a fatal signal the
+ * same is done best effort without allocating (samples written with their stacks inline).  A
+ * forked child closes its copies of the parent's events and starts its own scanner and
+ * samples-<childpid>.bin (its first scan 10 ms after the fork, so a fork+exec child makes
+ * nothing); it usually ends with _exit, which flushes nothing: its last 20 ms are lost.  The
+ * scanner's period is a trade-off: each wakeup costs the program's threads a little (cache, and
+ * in a VM, timer exits), and threads that live less than one period are not sampled.
+ *
+ * Cost (benchmarks/README.md): the handler takes 4-7 us a sample in a PyTorch loop (most of it
+ * the native walk's cache misses); in this VM the timer interrupt and the signal around it cost
+ * the sampled thread about 25 us more, which is most of the overhead at 1 kHz.
+ *
+ * Controls (read at load): AUTOITT_SAMPLE_HZ (default 1000, 0: off), AUTOITT_OWN_DOMAINS (the own
+ * domains, comma-separated; default autoitt.train), AUTOITT_SAMPLE_SIGNAL (a signal number),
+ * AUTOITT_SAMPLE_MECHANISM (perf|timer: force one, for comparisons).
+ */
+#include <dirent.h>
+#include <link.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include "pyframes.h"
+#include "unwind.c"
+
+#define S_MAGIC "AITSAMPL"
+#define S_VERSION 1u
+#define S_MAX_NATIVE 128
+#define S_MAX_PY 64
+#define S_RING 128                /* samples buffered per thread between two drains (128 ms at 1 kHz) */
+#define S_FD_TABLE 65536
+#define S_MAX_THREADS 4096
+#define S_SCAN_NS 50000000ull      /* the scanner's period; in a forked child: */
+#define S_SCAN_CHILD_NS 20000000ull /* (it usually ends with _exit: what it has not drained is lost) */
+#define S_DL_CHECK 10             /* dlopen/dlclose checked every this many scans */
+#define S_MAX_HZ 20000
+#define S_STATS_NS 1000000000ull  /* counts are rewritten at most once a second */
+
+enum { SR_INFO = 1, SR_REASON = 2, SR_CLOCK = 3, SR_THREAD = 4, SR_CODE = 5, SR_STACK = 6, SR_SAMPLES = 7,
+       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11 };
+enum { SM_NONE = 0, SM_PERF = 1, SM_TIMER = 2 };
+
+/* sample flags (samplefile.py) */
+#define SF_PAUSED 1u
+#define SF_DETACHED 2u
+#define SF_INHERITED 4u
+#define SF_TASKS_OVERFLOW 8u
+#define SF_NO_STACK_MAP 16u
+#define SF_UW_SHIFT 8
+#define SF_PY_SHIFT 12
+
+typedef struct s_sample {          /* a ring slot, written by the handler */
+    uint64_t ticks;
+    uint64_t task_domain, task_name, autoitt_domain, autoitt_name;
+    uint32_t flags, weight;
+    uint16_t n_native, n_py;
+    uint32_t pad;
+    uint64_t native[S_MAX_NATIVE]; /* innermost first */
+    uint64_t py[S_MAX_PY];         /* innermost first, as pyframes_walk gives them */
+} s_sample;
+
+typedef struct s_entry {           /* a sample in the file (SR_SAMPLES) */
+    uint64_t ticks;
+    uint32_t tid, stack;
+    uint32_t flags, weight;
+    uint64_t task_domain, task_name, autoitt_domain, autoitt_name;
+} s_entry;
+_Static_assert(sizeof(s_entry) == 56, "sample entry");
+
+typedef struct sthread {
+    uint32_t index;                /* in s_threads */
+    uint32_t tid;
+    uint32_t serial;               /* instance, for the counts */
+    _Atomic int active;            /* the handler samples into it */
+    int in_use;                    /* belongs to a thread (scanner) */
+    int fd;                        /* perf event, -1 if none */
+    int has_timer;
+    timer_t timer;
+    uint64_t freed_ns;             /* when it stopped being used (reused 1 s later) */
+    _Atomic(tbuf *) tb;            /* the thread's trace buffer (scanner links it) */
+    uintptr_t stack_lo, stack_hi;  /* the thread's stack mapping as last found (handler) */
+    _Atomic uint32_t head;         /* slots written (handler) */
+    _Atomic uint32_t tail;         /* slots drained (scanner) */
+    _Atomic uint64_t taken, dropped, handler_ticks;
+    uint64_t stats_written;        /* taken + dropped at the last counts written */
+    uw_thread_cache cache;
+    s_sample ring[S_RING];
+} sthread;
+
+static unsigned long s_hz = 1000;
+static uint64_t s_period_ns;
+static int s_signal_wanted;        /* AUTOITT_SAMPLE_SIGNAL */
+static int s_force;                /* AUTOITT_SAMPLE_MECHANISM */
+static int s_signal;
+static int s_mechanism = SM_PERF;
+static int s_started, s_stopped_for_good;
+static _Atomic int s_finished, s_stop;
+static pthread_t s_scanner;
+static int s_scanner_running;
+static _Atomic uint32_t s_scanner_tid;
+static pthread_mutex_t s_mutex = PTHREAD_MUTEX_INITIALIZER;  /* all but the handler; before g_mutex */
+static pthread_mutex_t s_wait_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t s_wake;
+static _Atomic(sthread *) s_by_fd[S_FD_TABLE];
+static sthread *_Atomic s_threads[S_MAX_THREADS];
+static uint32_t s_nthreads, s_serial;
+static int s_fd = -1;
+static int s_py;
+static char s_py_reason[320];
+static uint32_t s_py_version;
+static uint64_t s_eval_start, s_eval_size;
+static uint32_t s_codes_written = 1;  /* code ids below it are in the file */
+static _Atomic int s_maps_wanted;
+static uint64_t s_maps_ns, s_stats_ns;
+static unsigned long long s_dl_adds, s_dl_subs;
+static uint64_t s_maps_hash;
+static uint32_t s_maps_seq;
+static uw_maps *s_retired_maps[64];
+static int s_nretired;
+
+/* (the own domains, the current own task and the tasks' pause epoch are in tasks.h) */
+
+/* ------------------------------------------------------------------------- */
+/* The signal handler.                                                       */
+
+static int s_stack_bounds(sthread *st, const uw_maps *maps, uintptr_t rsp, uw_bounds *b)
+{
+    if (!(rsp >= st->stack_lo && rsp < st->stack_hi)) {
+        const uw_map *m = uw_find_map(maps, rsp);
+        if (!m || !(m->flags & UWM_READ)) return 0;
+        st->stack_lo = (m->flags & UWM_STACK) ? m->start - (64u << 20) : m->start;
+        st->stack_hi = m->end;
+    }
+    b->lo = rsp;
+    b->hi = st->stack_hi;
+    return 1;
+}
+
+static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
+{
+    uint64_t t0 = now_ticks();
+    uint32_t head = atomic_load_explicit(&st->head, memory_order_relaxed);
+    if (head - atomic_load_explicit(&st->tail, memory_order_acquire) >= S_RING) {
+        atomic_store_explicit(&st->dropped, atomic_load_explicit(&st->dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return;
+    }
+    s_sample *s = &st->ring[head % S_RING];
+    s->ticks = t0;
+    uint32_t flags = 0;
+    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (state & ST_PAUSED) flags |= SF_PAUSED;
+    if (state & ST_DETACHED) flags |= SF_DETACHED;
+
+    /* tasks: the thread's own (its trace buffer's task stack), else the process's current own task */
+    s->task_domain = s->task_name = s->autoitt_domain = s->autoitt_name = 0;
+    tbuf *tb = atomic_load_explicit(&st->tb, memory_order_acquire);
+    int own = 0;
+    if (tb && tb->tid == st->tid && tb->task_epoch == atomic_load_explicit(&g_task_epoch, memory_order_relaxed)) {
+        uint32_t depth = tb->task_depth;
+        uint32_t stored = depth < TASK_STACK ? depth : TASK_STACK;
+        if (depth > TASK_STACK) flags |= SF_TASKS_OVERFLOW;
+        if (stored) {
+            s->task_domain = tb->tasks[stored - 1].domain;
+            s->task_name = tb->tasks[stored - 1].name;
+        }
+        for (uint32_t i = stored; i-- > 0;) {
+            if (own_domain_slow(tb->tasks[i].domain)) {
+                s->autoitt_domain = tb->tasks[i].domain;
+                s->autoitt_name = tb->tasks[i].name;
+                own = 1;
+                break;
+            }
+        }
+    }
+    if (!own) {
+        uint64_t current = atomic_load_explicit(&g_own_current, memory_order_relaxed);
+        if (current) {
+            s->autoitt_domain = atomic_load_explicit(&g_own_current_domain, memory_order_relaxed);
+            s->autoitt_name = current;
+            flags |= SF_INHERITED;
+        }
+    }
+
+    /* native frames */
+    uint32_t uwf = 0;
+    int nn;
+    uw_bounds b;
+    atomic_fetch_add(&uw_readers, 1);
+    const uw_maps *maps = atomic_load(&uw_current_maps);
+    if (s_stack_bounds(st, maps, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], &b)) {
+        nn = uw_backtrace(uc, &b, maps, &st->cache, s->native, S_MAX_NATIVE, &uwf);
+    } else {
+        s->native[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+        nn = 1;
+        flags |= SF_NO_STACK_MAP;
+        atomic_store_explicit(&s_maps_wanted, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub(&uw_readers, 1);
+
+    /* Python frames */
+    uint32_t pyf = 0;
+    int np = s_py == PYF_OK ? pyframes_walk(s->py, S_MAX_PY, &pyf) : 0;
+
+    s->n_native = (uint16_t)nn;
+    s->n_py = (uint16_t)np;
+    s->flags = flags | uwf << SF_UW_SHIFT | pyf << SF_PY_SHIFT;
+    s->weight = weight;
+    atomic_store_explicit(&st->head, head + 1, memory_order_release);
+    atomic_store_explicit(&st->taken, atomic_load_explicit(&st->taken, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_store_explicit(&st->handler_ticks,
+                          atomic_load_explicit(&st->handler_ticks, memory_order_relaxed) + (now_ticks() - t0),
+                          memory_order_relaxed);
+}
+
+static void s_handler(int sig, siginfo_t *si, void *ucv)
+{
+    (void)sig;
+    int saved_errno = errno;
+    sthread *st = NULL;
+    uint32_t weight = 1;
+    if (si->si_code == SI_TIMER) {
+        int i = si->si_value.sival_int;
+        if (i >= 0 && i < S_MAX_THREADS) st = atomic_load_explicit(&s_threads[i], memory_order_acquire);
+        if (st && si->si_overrun > 0) weight += (uint32_t)si->si_overrun;
+    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP) {
+        int fd = si->si_fd;
+        if (fd >= 0 && fd < S_FD_TABLE) st = atomic_load_explicit(&s_by_fd[fd], memory_order_acquire);
+    }
+    /* anything else (a SIGURG from a socket, a kill) is ignored, as SIGURG's default action does */
+    if (st && atomic_load_explicit(&st->active, memory_order_acquire)) s_take(st, ucv, weight);
+    errno = saved_errno;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The file.                                                                 */
+
+static unsigned char *s_out;
+static size_t s_out_len, s_out_cap;
+
+static unsigned char *s_reserve(size_t n)
+{
+    if (s_out_len + n > s_out_cap) {
+        size_t cap = s_out_cap ? s_out_cap : 1u << 16;
+        while (cap < s_out_len + n) cap *= 2;
+        unsigned char *p = realloc(s_out, cap);
+        if (!p) return NULL;
+        s_out = p;
+        s_out_cap = cap;
+    }
+    unsigned char *p = s_out + s_out_len;
+    s_out_len += n;
+    return p;
+}
+
+/* A record's header and room for len payload bytes (zero padding included); NULL: no memory. */
+static unsigned char *s_record(uint32_t kind, size_t len)
+{
+    size_t padded = PAD8(len);
+    unsigned char *p = s_reserve(8 + padded);
+    if (!p) return NULL;
+    uint32_t head[2] = {kind, (uint32_t)len};
+    memcpy(p, head, 8);
+    memset(p + 8 + len, 0, padded - len);
+    return p + 8;
+}
+
+static void s_flush_out(void)
+{
+    if (s_fd >= 0 && s_out_len) write_all(s_fd, s_out, s_out_len);
+    s_out_len = 0;
+}
+
+/* Writes one record straight to the file from a buffer of the caller's (no allocation). */
+static void s_write_record(int fd, uint32_t kind, const void *a, size_t alen, const void *b, size_t blen)
+{
+    unsigned char pad[8] = {0};
+    uint32_t head[2] = {kind, (uint32_t)(alen + blen)};
+    size_t padding = PAD8(alen + blen) - (alen + blen);
+    struct { const void *p; size_t n; } parts[4] = {{head, 8}, {a, alen}, {b, blen}, {pad, padding}};
+    for (int i = 0; i < 4; i++)
+        if (parts[i].n) write_all(fd, parts[i].p, parts[i].n);
+}
+
+static void s_info_locked(void)
+{
+    if (s_fd < 0) return;
+    struct {
+        uint32_t hz, mechanism, signal, python;
+        uint64_t period_ns, eval_start, eval_size;
+        uint32_t py_version, max_native, max_py, ring;
+    } info = {(uint32_t)s_hz, (uint32_t)s_mechanism, (uint32_t)s_signal, (uint32_t)s_py, s_period_ns,
+              s_eval_start, s_eval_size, s_py_version, S_MAX_NATIVE, S_MAX_PY, S_RING};
+    s_write_record(s_fd, SR_INFO, &info, sizeof info, NULL, 0);
+}
+
+static void s_reason_locked(const char *text)
+{
+    if (s_fd >= 0) s_write_record(s_fd, SR_REASON, text, strlen(text), NULL, 0);
+}
+
+static void s_open_file_locked(void)
+{
+    if (s_fd >= 0) return;
+    char path[sizeof g_dir + 40];
+    mkdirs(g_dir);
+    snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, g_pid);
+    s_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (s_fd < 0) {
+        fprintf(stderr, "autoitt collector: cannot write %s: %s; no samples\n", path, strerror(errno));
+        return;
+    }
+    struct {
+        char magic[8];
+        uint32_t version, header_size, pid, ppid, flags, reserved;
+        uint64_t ticks, mono_ns;
+    } h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, S_MAGIC, 8);
+    h.version = S_VERSION;
+    h.header_size = sizeof h;
+    h.pid = g_pid;
+    h.ppid = g_ppid;
+    h.flags = (g_tsc ? 1u : 0u) | (g_forked ? 2u : 0u);
+    h.ticks = now_ticks();
+    h.mono_ns = now_ns(CLOCK_MONOTONIC);
+    write_all(s_fd, &h, sizeof h);
+    s_info_locked();
+    if (s_py_reason[0]) s_reason_locked(s_py_reason);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The memory map: the unwinder's copy, and the executable mappings in the file. */
+
+/* Reads /proc/self/maps into a malloc'ed string. */
+static char *s_read_maps(size_t *len)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    size_t cap = 1u << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 4096 > cap) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) { free(buf); buf = NULL; break; }
+            buf = bigger;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (buf) buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Whether a maps line is an executable mapping; its fields. */
+static int s_parse_maps_line(const char *line, uintptr_t *start, uintptr_t *end, uint32_t *flags)
+{
+    char *p;
+    *start = strtoull(line, &p, 16);
+    if (*p != '-') return 0;
+    *end = strtoull(p + 1, &p, 16);
+    if (*p != ' ' || strlen(p) < 6) return 0;
+    const char *perms = p + 1;
+    *flags = (perms[0] == 'r' ? UWM_READ : 0) | (perms[2] == 'x' ? UWM_EXEC : 0);
+    /* offset dev inode path */
+    const char *q = perms + 5;
+    for (int field = 0; field < 3 && *q; field++) {
+        while (*q == ' ') q++;
+        const char *f = q;
+        while (*q && *q != ' ' && *q != '\n') q++;
+        if (field == 2 && strtoull(f, NULL, 10) != 0) *flags |= UWM_FILE;
+    }
+    while (*q == ' ') q++;
+    if (strncmp(q, "[stack]", 7) == 0) *flags |= UWM_STACK;
+    return 1;
+}
+
+static void s_retire_maps(void)
+{
+    if (s_nretired && atomic_load(&uw_readers) == 0) {
+        for (int i = 0; i < s_nretired; i++) free(s_retired_maps[i]);
+        s_nretired = 0;
+    }
+}
+
+/* Reads the map again: the unwinder's copy, and a MAPS record when the executable mappings changed. */
+static void s_refresh_maps_locked(void)
+{
+    size_t len;
+    char *text = s_read_maps(&len);
+    if (!text) return;
+    size_t lines = 0;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    uw_maps *maps = malloc(sizeof(uw_maps) + 2 * (lines + 1) * sizeof(uw_map));
+    char *exec = malloc(len + 1);
+    size_t exec_len = 0;
+    if (maps && exec) {
+        maps->n = 0;
+        for (char *line = text; *line;) {
+            char *nl = strchr(line, '\n');
+            size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+            uintptr_t start, end;
+            uint32_t flags;
+            if (s_parse_maps_line(line, &start, &end, &flags)) {
+                if (maps->n < lines + 1) maps->m[maps->n++] = (uw_map){start, end, flags, 0};
+                if (flags & UWM_EXEC) { memcpy(exec + exec_len, line, n); exec_len += n; }
+            }
+            line += n;
+        }
+        uw_map *code = maps->m + maps->n;
+        maps->ncode = 0;
+        for (size_t i = 0; i < maps->n; i++)
+            if ((maps->m[i].flags & (UWM_EXEC | UWM_FILE)) == (UWM_EXEC | UWM_FILE)) code[maps->ncode++] = maps->m[i];
+        maps->code = code;
+        uw_maps *old = atomic_exchange(&uw_current_maps, maps);
+        if (old) {
+            if (s_nretired == (int)(sizeof s_retired_maps / sizeof s_retired_maps[0])) {
+                while (atomic_load(&uw_readers) != 0) sched_yield();
+                for (int i = 0; i < s_nretired; i++) free(s_retired_maps[i]);
+                s_nretired = 0;
+            }
+            s_retired_maps[s_nretired++] = old;
+        }
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < exec_len; i++) h = (h ^ (unsigned char)exec[i]) * 1099511628211ull;
+        if (h != s_maps_hash || s_maps_seq == 0) {
+            s_maps_hash = h;
+            uint32_t head[2] = {++s_maps_seq, 1};
+            unsigned char *p = s_record(SR_MAPS, 8 + exec_len);
+            if (p) { memcpy(p, head, 8); memcpy(p + 8, exec, exec_len); }
+        }
+    } else {
+        free(maps);
+    }
+    free(exec);
+    free(text);
+    s_maps_ns = now_ns(CLOCK_MONOTONIC);
+}
+
+static int s_dl_counts(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    unsigned long long *out = data;
+    out[0] = info->dlpi_adds;
+    out[1] = info->dlpi_subs;
+    return 1;
+}
+
+/* The executable mappings from a fatal signal's handler: no allocation, the caller's buffer. */
+static void s_maps_in_signal(int fd, char *buf, size_t cap)
+{
+    int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (in < 0) return;
+    char *out = buf + cap / 2;
+    size_t have = 0, half = cap / 2, part_cap = cap / 2 - 16;
+    uint32_t seq = ++s_maps_seq;
+    for (;;) {
+        ssize_t r = read(in, buf + have, half - have);
+        if (r < 0 && errno == EINTR) continue;
+        if (r > 0) have += (size_t)r;
+        size_t used = 0, out_len = 0;
+        for (;;) {
+            char *nl = memchr(buf + used, '\n', have - used);
+            if (!nl) break;
+            size_t n = (size_t)(nl - (buf + used)) + 1;
+            uintptr_t start, end;
+            uint32_t flags;
+            char saved = buf[used + n - 1];
+            buf[used + n - 1] = 0;
+            int ok = s_parse_maps_line(buf + used, &start, &end, &flags);
+            buf[used + n - 1] = saved;
+            if (ok && (flags & UWM_EXEC) && out_len + n <= part_cap) { memcpy(out + out_len, buf + used, n); out_len += n; }
+            used += n;
+        }
+        int last = r <= 0 || (used == 0 && have == half);
+        if (out_len || last) {
+            uint32_t head[2] = {seq, last ? 1u : 0u};
+            s_write_record(fd, SR_MAPS, head, 8, out, out_len);
+        }
+        memmove(buf, buf + used, have - used);
+        have -= used;
+        if (last) break;
+    }
+    close(in);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Threads: opening and closing their events.                                */
+
+static sthread *s_new_state_locked(uint32_t tid)
+{
+    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    sthread *st = NULL;
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *c = atomic_load(&s_threads[i]);
+        if (!c->in_use && atomic_load(&c->head) == atomic_load(&c->tail) && now - c->freed_ns > 1000000000ull) {
+            st = c;
+            break;
+        }
+    }
+    if (!st) {
+        if (s_nthreads == S_MAX_THREADS) return NULL;
+        void *mem = mmap(NULL, sizeof(sthread), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) return NULL;
+        st = mem;
+        st->index = s_nthreads;
+        atomic_store(&s_threads[s_nthreads++], st);
+    }
+    st->tid = tid;
+    st->serial = ++s_serial;
+    st->in_use = 1;
+    st->fd = -1;
+    st->has_timer = 0;
+    st->stack_lo = st->stack_hi = 0;
+    atomic_store(&st->tb, NULL);
+    atomic_store(&st->taken, 0);
+    atomic_store(&st->dropped, 0);
+    atomic_store(&st->handler_ticks, 0);
+    st->stats_written = 0;
+    memset(&st->cache, 0, sizeof st->cache);
+    /* the thread's name */
+    char path[64], name[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, name, sizeof name - 1);
+        close(fd);
+        if (n > 0 && name[n - 1] == '\n') name[--n] = 0;
+        if (n > 0) {
+            unsigned char *p = s_record(SR_THREAD, 8 + (size_t)n);
+            if (p) { uint32_t head[2] = {tid, 0}; memcpy(p, head, 8); memcpy(p + 8, name, (size_t)n); }
+        }
+    }
+    return st;
+}
+
+static int s_open_perf(sthread *st)
+{
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    a.sample_period = s_period_ns;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    a.disabled = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, (pid_t)st->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) return -errno;
+    if (fd >= S_FD_TABLE) { close(fd); return -EMFILE; }
+    atomic_store(&s_by_fd[fd], st);
+    struct f_owner_ex owner = {F_OWNER_TID, (pid_t)st->tid};
+    int flags = fcntl(fd, F_GETFL);
+    if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, s_signal) != 0
+        || fcntl(fd, F_SETFL, flags | O_ASYNC) != 0 || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+        int e = errno;
+        atomic_store(&s_by_fd[fd], NULL);
+        close(fd);
+        return -e;
+    }
+    st->fd = fd;
+    return 0;
+}
+
+static int s_open_timer(sthread *st)
+{
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = s_signal;
+    ev.sigev_value.sival_int = (int)st->index;
+    ev._sigev_un._tid = (pid_t)st->tid;
+    clockid_t clock = (clockid_t)((~(unsigned)st->tid << 3) | 6); /* the thread's CPU-time clock (CPUCLOCK_SCHED) */
+    timer_t timer;
+    if (timer_create(clock, &ev, &timer) != 0) return -errno;
+    struct itimerspec its;
+    its.it_interval.tv_sec = (time_t)(s_period_ns / 1000000000ull);
+    its.it_interval.tv_nsec = (long)(s_period_ns % 1000000000ull);
+    its.it_value = its.it_interval;
+    if (timer_settime(timer, 0, &its, NULL) != 0) {
+        int e = errno;
+        timer_delete(timer);
+        return -e;
+    }
+    st->timer = timer;
+    st->has_timer = 1;
+    return 0;
+}
+
+static void s_close_events(sthread *st)
+{
+    atomic_store(&st->active, 0);
+    if (st->fd >= 0) {
+        atomic_store(&s_by_fd[st->fd], NULL);
+        /* the program may have closed our descriptor (and reused its number): close only ours */
+        char link[64], path[40];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", st->fd);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n > 0) {
+            link[n] = 0;
+            if (strstr(link, "perf_event")) close(st->fd);
+        }
+        st->fd = -1;
+    }
+    if (st->has_timer) {
+        timer_delete(st->timer);
+        st->has_timer = 0;
+    }
+}
+
+static void s_free_state(sthread *st)
+{
+    s_close_events(st);
+    st->in_use = 0;
+    st->freed_ns = now_ns(CLOCK_MONOTONIC);
+}
+
+static const char *s_paranoid(char *buf, size_t size)
+{
+    int fd = open("/proc/sys/kernel/perf_event_paranoid", O_RDONLY | O_CLOEXEC);
+    snprintf(buf, size, "unknown");
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, size - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = 0;
+            char *nl = strchr(buf, '\n');
+            if (nl) *nl = 0;
+        }
+    }
+    return buf;
+}
+
+/* Starts sampling thread st with the mechanism in use, falling back to timers, then to none; the
+   first fallback writes why (one reason record). */
+static void s_start_thread_locked(sthread *st)
+{
+    atomic_store(&st->active, 1);
+    char reason[640], paranoid[16];
+    int perf_error = 0;
+    if (s_mechanism == SM_PERF) {
+        int r = s_open_perf(st);
+        if (r == 0) return;
+        if (r == -ESRCH || r == -EMFILE || r == -ENFILE || r == -ENOMEM) { atomic_store(&st->active, 0); return; }
+        perf_error = -r;
+        s_mechanism = SM_TIMER;
+        s_paranoid(paranoid, sizeof paranoid);
+    }
+    if (s_mechanism == SM_TIMER) {
+        int r = s_open_timer(st);
+        int transient = r == -EAGAIN || r == -ENOMEM || r == -EINVAL; /* EINVAL: the thread is gone */
+        if (r != 0 && !transient) {
+            if (perf_error)
+                snprintf(reason, sizeof reason, "no CPU-time sampling: perf_event_open was refused (%s; "
+                         "kernel.perf_event_paranoid is %s), and so was timer_create, the fallback (%s)",
+                         strerror(perf_error), paranoid, strerror(-r));
+            else
+                snprintf(reason, sizeof reason, "no CPU-time sampling: timer_create was refused (%s)", strerror(-r));
+            s_mechanism = SM_NONE;
+        } else if (perf_error) {
+            snprintf(reason, sizeof reason,
+                     "perf_event_open was refused (%s; kernel.perf_event_paranoid is %s): sampling with per-thread "
+                     "CPU-time timers instead, at most at the kernel's tick rate (often 250 per second), each sample "
+                     "weighted by the periods it stands for", strerror(perf_error), paranoid);
+        }
+        if (perf_error || s_mechanism == SM_NONE) {
+            s_flush_out();
+            s_reason_locked(reason);
+            s_info_locked();
+        }
+        if (r == 0) return;
+    }
+    atomic_store(&st->active, 0);
+}
+
+static int s_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Lists the threads: new ones get an event, gone ones lose theirs. */
+static void s_scan_locked(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return;
+    uint32_t *tids = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (n == cap) {
+            uint32_t *bigger = realloc(tids, (cap = cap ? 2 * cap : 64) * sizeof *tids);
+            if (!bigger) break;
+            tids = bigger;
+        }
+        tids[n++] = (uint32_t)strtoul(e->d_name, NULL, 10);
+    }
+    closedir(dir);
+    if (!tids) return;
+    qsort(tids, n, sizeof *tids, s_cmp_u32);
+    uint32_t self = atomic_load(&s_scanner_tid);
+
+    /* gone: not listed any more (a tid taken again by a new thread within one listing, which needs the
+       kernel's pids to wrap around, goes unnoticed; perf's poll cannot tell: without a ring buffer it
+       always says POLLHUP), or the program closed our descriptor (POLLNVAL) */
+    struct pollfd pfd;
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (!st->in_use) continue;
+        int gone = !bsearch(&st->tid, tids, n, sizeof *tids, s_cmp_u32);
+        if (!gone && st->fd >= 0) {
+            pfd.fd = st->fd;
+            pfd.events = 0;
+            pfd.revents = 0;
+            if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLNVAL)) {
+                atomic_store(&s_by_fd[st->fd], NULL);
+                st->fd = -1; /* not ours any more: never closed by us */
+                gone = 1;
+            }
+        }
+        if (gone) s_free_state(st);
+    }
+
+    /* new */
+    int fresh = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (tids[k] == self) continue;
+        int known = 0;
+        for (uint32_t i = 0; i < s_nthreads && !known; i++) {
+            sthread *st = atomic_load(&s_threads[i]);
+            known = st->in_use && st->tid == tids[k];
+        }
+        if (known) continue;
+        if (!fresh) { s_refresh_maps_locked(); fresh = 1; } /* its stack is in the unwinder's map first */
+        sthread *st = s_new_state_locked(tids[k]);
+        if (!st) continue;
+        if (s_mechanism != SM_NONE) s_start_thread_locked(st);
+    }
+    free(tids);
+
+    /* link each thread to its trace buffer, for the tasks it has open */
+    pthread_mutex_lock(&g_mutex);
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (!st->in_use) continue;
+        tbuf *linked = atomic_load(&st->tb);
+        if (linked && linked->owned && linked->tid == st->tid) continue;
+        tbuf *found = NULL;
+        for (tbuf *b = g_buffers; b && !found; b = b->next)
+            if (b->owned && b->tid == st->tid) found = b;
+        atomic_store(&st->tb, found);
+    }
+    pthread_mutex_unlock(&g_mutex);
+
+    /* the unwinder's map: after a dlopen/dlclose (checked every S_DL_CHECK scans), when a handler
+       missed a stack, and every 5 s */
+    static unsigned scans;
+    unsigned long long counts[2] = {s_dl_adds, s_dl_subs};
+    if (++scans % S_DL_CHECK == 0) dl_iterate_phdr(s_dl_counts, counts);
+    if (!fresh && (counts[0] != s_dl_adds || counts[1] != s_dl_subs || atomic_exchange(&s_maps_wanted, 0)
+                   || now_ns(CLOCK_MONOTONIC) - s_maps_ns > 5000000000ull))
+        s_refresh_maps_locked();
+    s_dl_adds = counts[0];
+    s_dl_subs = counts[1];
+    s_retire_maps();
+}
+
+/* ------------------------------------------------------------------------- */
+/* Draining the rings.                                                       */
+
+typedef struct s_stack_slot { uint64_t hash; uint64_t offset; uint32_t id, length; } s_stack_slot;
+static s_stack_slot *s_stacks;           /* open addressing, by hash */
+static size_t s_stacks_cap, s_stacks_len;
+static uint64_t *s_frames;               /* each stack: n_native << 16 | n_py, then the frames */
+static size_t s_frames_len, s_frames_cap;
+static uint32_t s_next_stack = 1;
+#define S_FRAMES_LIMIT (16u << 20)       /* words kept for comparing; past it the table starts over */
+
+static uint64_t s_hash_words(const uint64_t *w, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        h ^= w[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+static void s_stacks_reset(void)
+{
+    free(s_stacks);
+    free(s_frames);
+    s_stacks = NULL;
+    s_frames = NULL;
+    s_stacks_cap = s_stacks_len = s_frames_len = s_frames_cap = 0;
+}
+
+/* The id of a sample's stack, written as a STACK record the first time; 0: no memory. */
+static uint32_t s_stack_id(const s_sample *s)
+{
+    uint64_t key[1 + S_MAX_NATIVE + S_MAX_PY];
+    size_t len = 1 + s->n_native + s->n_py;
+    key[0] = (uint64_t)s->n_native << 16 | s->n_py;
+    memcpy(key + 1, s->native, s->n_native * 8u);
+    memcpy(key + 1 + s->n_native, s->py, s->n_py * 8u);
+    uint64_t h = s_hash_words(key, len);
+    if (s_frames_len + len > S_FRAMES_LIMIT) s_stacks_reset();
+    if (2 * (s_stacks_len + 1) > s_stacks_cap) {
+        size_t cap = s_stacks_cap ? 2 * s_stacks_cap : 4096;
+        s_stack_slot *table = calloc(cap, sizeof *table);
+        if (!table) return 0;
+        for (size_t i = 0; i < s_stacks_cap; i++) {
+            if (!s_stacks[i].id) continue;
+            size_t j = s_stacks[i].hash & (cap - 1);
+            while (table[j].id) j = (j + 1) & (cap - 1);
+            table[j] = s_stacks[i];
+        }
+        free(s_stacks);
+        s_stacks = table;
+        s_stacks_cap = cap;
+    }
+    size_t j = h & (s_stacks_cap - 1);
+    for (; s_stacks[j].id; j = (j + 1) & (s_stacks_cap - 1))
+        if (s_stacks[j].hash == h && s_stacks[j].length == len && memcmp(s_frames + s_stacks[j].offset, key, len * 8) == 0)
+            return s_stacks[j].id;
+    if (s_frames_len + len > s_frames_cap) {
+        size_t cap = s_frames_cap ? 2 * s_frames_cap : 1u << 16;
+        while (cap < s_frames_len + len) cap *= 2;
+        uint64_t *frames = realloc(s_frames, cap * 8);
+        if (!frames) return 0;
+        s_frames = frames;
+        s_frames_cap = cap;
+    }
+    unsigned char *p = s_record(SR_STACK, 8 + (len - 1) * 8);
+    if (!p) return 0;
+    uint32_t id = s_next_stack++;
+    memcpy(s_frames + s_frames_len, key, len * 8);
+    s_stacks[j] = (s_stack_slot){h, s_frames_len, id, (uint32_t)len};
+    s_frames_len += len;
+    s_stacks_len++;
+    uint32_t head[2] = {id, (uint32_t)key[0]};
+    memcpy(p, head, 8);
+    memcpy(p + 8, key + 1, (len - 1) * 8);
+    return id;
+}
+
+static s_entry s_entry_of(const sthread *st, const s_sample *s, uint32_t stack)
+{
+    s_entry e = {s->ticks, st->tid, stack, s->flags, s->weight, s->task_domain, s->task_name, s->autoitt_domain,
+                 s->autoitt_name};
+    return e;
+}
+
+static uint8_t *s_code_done;             /* per code id: in the file */
+
+/* The code objects filled in since the last call (an id still being filled by a handler on another
+   thread, or never filled for want of room, is passed over and looked at again next time). */
+static void s_codes_locked(void)
+{
+    uint32_t next = pyframes_code_next();
+    if (next > PYFRAMES_MAX_CODES + 1) next = PYFRAMES_MAX_CODES + 1;
+    if (!s_code_done && !(s_code_done = calloc(PYFRAMES_MAX_CODES + 2, 1))) return;
+    pyframes_code c;
+    for (uint32_t id = s_codes_written; id < next; id++) {
+        if (s_code_done[id] || !pyframes_code_get(id, &c)) continue;
+        uint32_t head[6] = {id, (uint32_t)c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
+        size_t len = sizeof head + c.filename_len + c.qualname_len + c.linetable_len;
+        unsigned char *p = s_record(SR_CODE, len);
+        if (!p) return;
+        memcpy(p, head, sizeof head);
+        memcpy(p + sizeof head, c.filename, (size_t)c.filename_len + c.qualname_len + c.linetable_len);
+        s_code_done[id] = 1;
+        if (id == s_codes_written) s_codes_written++;
+    }
+}
+
+static void s_stats_locked(int all)
+{
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        uint64_t taken = atomic_load(&st->taken), dropped = atomic_load(&st->dropped);
+        if (st->serial == 0 || (!all && taken + dropped == st->stats_written)) continue;
+        if (taken + dropped == 0 && !all) continue;
+        struct { uint32_t tid, serial; uint64_t taken, dropped, handler_ticks; } r =
+            {st->tid, st->serial, taken, dropped, atomic_load(&st->handler_ticks)};
+        unsigned char *p = s_record(SR_STATS, sizeof r);
+        if (p) memcpy(p, &r, sizeof r);
+        st->stats_written = taken + dropped;
+    }
+}
+
+/* Drains every ring into the file (s_mutex held). */
+static void s_drain_locked(int final)
+{
+    if (s_fd < 0) return;
+    s_entry *batch = NULL;
+    size_t n = 0, cap = 0;
+    size_t before = s_out_len;                /* records already waiting (thread names, maps) */
+    struct { uint64_t ticks, mono; } clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
+    unsigned char *p = s_record(SR_CLOCK, sizeof clock_pair);
+    if (p) memcpy(p, &clock_pair, sizeof clock_pair);
+    size_t clock_only = s_out_len;
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        uint32_t tail = atomic_load_explicit(&st->tail, memory_order_relaxed);
+        uint32_t head = atomic_load_explicit(&st->head, memory_order_acquire);
+        for (; tail != head; tail++) {
+            const s_sample *s = &st->ring[tail % S_RING];
+            if (n == cap) {
+                s_entry *bigger = realloc(batch, (cap = cap ? 2 * cap : 256) * sizeof *batch);
+                if (!bigger) break;
+                batch = bigger;
+            }
+            batch[n++] = s_entry_of(st, s, s_stack_id(s));
+        }
+        atomic_store_explicit(&st->tail, tail, memory_order_release);
+    }
+    s_codes_locked(); /* after the stacks: every code a drained sample names is filled in by now */
+    if (n && (p = s_record(SR_SAMPLES, n * sizeof *batch))) memcpy(p, batch, n * sizeof *batch);
+    free(batch);
+    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    if (final || now - s_stats_ns > S_STATS_NS) {
+        s_stats_locked(final);
+        s_stats_ns = now;
+    }
+    if (final) {
+        s_refresh_maps_locked();
+        s_record(SR_END, 0);
+    }
+    if (s_out_len == clock_only && before == 0) s_out_len = 0; /* nothing new: no write at all */
+    s_flush_out();
+}
+
+/* ------------------------------------------------------------------------- */
+/* The scanner thread and the process's life.                                */
+
+static void s_wait(uint64_t ns)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)ns;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&s_wait_mutex);
+    while (!atomic_load(&s_stop)) {
+        if (pthread_cond_timedwait(&s_wake, &s_wait_mutex, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&s_wait_mutex);
+}
+
+static void s_check_signal_locked(void)
+{
+    struct sigaction current;
+    if (s_stopped_for_good || sigaction(s_signal, NULL, &current) != 0) return;
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == s_handler) return;
+    char reason[200];
+    snprintf(reason, sizeof reason, "the program installed its own handler for signal %d (%s), the sampling "
+             "signal: sampling stopped there (AUTOITT_SAMPLE_SIGNAL chooses another)", s_signal, strsignal(s_signal));
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (st->in_use) s_close_events(st);
+    }
+    s_flush_out();
+    s_reason_locked(reason);
+    s_mechanism = SM_NONE;
+    s_info_locked();
+    s_stopped_for_good = 1;
+}
+
+static void *s_scanner_main(void *arg)
+{
+    (void)arg;
+    prctl(PR_SET_NAME, "autoitt-sampler", 0, 0, 0);
+    atomic_store(&s_scanner_tid, current_tid());
+    if (g_forked) s_wait(10000000ull); /* a fork followed by an exec: nothing at all */
+    while (!atomic_load(&s_stop)) {
+        pthread_mutex_lock(&s_mutex);
+        int none = 0;
+        if (!atomic_load(&s_stop)) {
+            s_open_file_locked();
+            s_check_signal_locked();
+            if (s_mechanism != SM_NONE) s_scan_locked();
+            s_drain_locked(0);
+            none = s_mechanism == SM_NONE; /* nothing to sample with: the reason is written, the end follows at exit */
+        }
+        pthread_mutex_unlock(&s_mutex);
+        if (none) break;
+        s_wait(g_forked ? S_SCAN_CHILD_NS : S_SCAN_NS);
+    }
+    return NULL;
+}
+
+static void s_start_scanner(void)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the scanner gets no signal: the program's threads do */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    atomic_store(&s_stop, 0);
+    s_scanner_running = pthread_create(&s_scanner, &attr, s_scanner_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* The first free signal of the candidates: one whose action is the default. */
+static int s_pick_signal(void)
+{
+    int candidates[8] = {SIGURG, SIGPROF, SIGRTMIN + 6, SIGRTMIN + 7, SIGRTMIN + 8, 0};
+    if (s_signal_wanted) { candidates[0] = s_signal_wanted; candidates[1] = 0; }
+    for (int i = 0; candidates[i]; i++) {
+        struct sigaction current;
+        if (sigaction(candidates[i], NULL, &current) != 0) continue;
+        if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) return candidates[i];
+    }
+    return 0;
+}
+
+static void s_fork_prepare(void) { pthread_mutex_lock(&s_mutex); }
+static void s_fork_parent(void) { pthread_mutex_unlock(&s_mutex); }
+
+/* The child: its own events, scanner and file; the parent's buffered samples stay the parent's. */
+static void s_fork_child(void)
+{
+    pthread_mutex_init(&s_mutex, NULL);
+    pthread_mutex_init(&s_wait_mutex, NULL);
+    if (!s_started) return;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        atomic_store(&st->active, 0);
+        if (st->fd >= 0) { atomic_store(&s_by_fd[st->fd], NULL); close(st->fd); st->fd = -1; }
+        st->has_timer = 0; /* POSIX timers are not inherited */
+        st->in_use = 0;
+        st->serial = 0;
+        st->freed_ns = 0;
+        atomic_store(&st->tail, atomic_load(&st->head));
+    }
+    if (s_fd >= 0) close(s_fd);
+    s_fd = -1;
+    s_out_len = 0;
+    s_stacks_reset();
+    s_codes_written = 1;
+    if (s_code_done) memset(s_code_done, 0, PYFRAMES_MAX_CODES + 2);
+    s_maps_seq = 0;
+    s_maps_hash = 0;
+    atomic_store(&uw_readers, 0);
+    pyframes_fork_child();
+    atomic_store(&s_finished, 0);
+    s_scanner_running = 0;
+    atomic_store(&s_scanner_tid, 0);
+    if (s_mechanism != SM_NONE && !atomic_load(&g_exiting)) s_start_scanner();
+}
+
+/* collector_load: the variables. */
+static void sampler_load(void)
+{
+    unsigned long value;
+    const char *hz = getenv("AUTOITT_SAMPLE_HZ");
+    if (hz && hz[0]) s_hz = env_number("AUTOITT_SAMPLE_HZ", &value) ? value : 1000;
+    if (s_hz > S_MAX_HZ) s_hz = S_MAX_HZ;
+    if (s_hz) s_period_ns = 1000000000ull / s_hz;
+    if (env_number("AUTOITT_SAMPLE_SIGNAL", &value) && value > 0 && value < 65) s_signal_wanted = (int)value;
+    const char *mechanism = getenv("AUTOITT_SAMPLE_MECHANISM");
+    if (mechanism && strcmp(mechanism, "timer") == 0) s_force = SM_TIMER;
+    else if (mechanism && strcmp(mechanism, "perf") == 0) s_force = SM_PERF;
+    /* the own domains: names separated by commas */
+    const char *own = getenv("AUTOITT_OWN_DOMAINS");
+    if (!own || !own[0]) own = "autoitt.train";
+    for (const char *p = own; *p && g_own_names_n < OWN_DOMAINS_MAX;) {
+        size_t n = strcspn(p, ",");
+        if (n > 0 && n < sizeof g_own_names[0]) {
+            memcpy(g_own_names[g_own_names_n], p, n);
+            g_own_names[g_own_names_n++][n] = 0;
+        }
+        p += n + (p[n] == ',');
+    }
+    pthread_atfork(s_fork_prepare, s_fork_parent, s_fork_child); /* after the collector's: its lock is taken after ours */
+}
+
+/* The first ITT call (__itt_api_init): starts sampling this process, once. */
+static void sampler_start(void)
+{
+    pthread_mutex_lock(&s_mutex);
+    if (s_started || s_hz == 0 || atomic_load(&g_exiting)) { pthread_mutex_unlock(&s_mutex); return; }
+    s_started = 1;
+    *(void **)&uw_find_object = dlsym(RTLD_DEFAULT, "_dl_find_object");
+    if (uw_find_object) { uw_dlfo warm; uw_find_object((void *)(uintptr_t)sampler_start, &warm); }
+    s_py = pyframes_init(s_py_reason, sizeof s_py_reason, &s_py_version, &s_eval_start, &s_eval_size);
+    s_mechanism = s_force ? s_force : SM_PERF;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    s_signal = s_pick_signal();
+    if (!s_signal) {
+        s_open_file_locked();
+        s_reason_locked("no CPU-time sampling: the program handles every signal the sampler could use "
+                        "(SIGURG, SIGPROF, SIGRTMIN+6..8; AUTOITT_SAMPLE_SIGNAL names another)");
+        s_mechanism = SM_NONE;
+        s_info_locked();
+        pthread_mutex_unlock(&s_mutex);
+        return;
+    }
+    /* the handler before any event: a signal never meets the default action */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = s_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(s_signal, &sa, NULL);
+    if (!uw_find_object) {
+        s_open_file_locked();
+        s_reason_locked("native frames: glibc before 2.35 has no _dl_find_object: samples keep the "
+                        "interrupted instruction only");
+    }
+    pthread_mutex_unlock(&s_mutex);
+    s_start_scanner();
+}
+
+/* A pause or detach: what the rings hold goes to the file now. */
+static void sampler_drain(void)
+{
+    if (!s_started || atomic_load(&s_finished)) return;
+    pthread_mutex_lock(&s_mutex);
+    s_drain_locked(0);
+    pthread_mutex_unlock(&s_mutex);
+}
+
+/* A normal exit: the events closed, the rest written with the map and the counts. */
+static void sampler_finish(void)
+{
+    if (!s_started) return;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s_finished, &expected, 1)) return;
+    atomic_store(&s_stop, 1);
+    pthread_mutex_lock(&s_wait_mutex);
+    pthread_cond_broadcast(&s_wake);
+    pthread_mutex_unlock(&s_wait_mutex);
+    if (s_scanner_running && !pthread_equal(pthread_self(), s_scanner)) pthread_join(s_scanner, NULL);
+    s_scanner_running = 0;
+    pthread_mutex_lock(&s_mutex);
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (st->in_use) s_close_events(st);
+    }
+    if (s_fd < 0 && s_mechanism != SM_NONE) s_open_file_locked();
+    s_drain_locked(1);
+    pthread_mutex_unlock(&s_mutex);
+}
+
+/* A fatal signal (collector.c's flush_on_fatal_signal): best effort, async-signal-safe. */
+static unsigned char s_fatal_buf[1u << 17];
+
+static void sampler_fatal(void)
+{
+    if (!s_started || atomic_load(&s_finished) || pthread_mutex_trylock(&s_mutex) != 0) return;
+    int fd = s_fd;
+    if (fd >= 0) {
+        for (uint32_t i = 0; i < s_nthreads; i++) atomic_store(&atomic_load(&s_threads[i])->active, 0);
+        struct { uint64_t ticks, mono; } clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
+        s_write_record(fd, SR_CLOCK, &clock_pair, sizeof clock_pair, NULL, 0);
+        for (uint32_t i = 0; i < s_nthreads; i++) {
+            sthread *st = atomic_load(&s_threads[i]);
+            uint32_t tail = atomic_load(&st->tail), head = atomic_load(&st->head);
+            for (; tail != head; tail++) {
+                const s_sample *s = &st->ring[tail % S_RING];
+                s_entry e = s_entry_of(st, s, 0);
+                uint32_t counts[2] = {(uint32_t)s->n_native << 16 | s->n_py, 0};
+                unsigned char *b = s_fatal_buf;
+                memcpy(b, &e, sizeof e);
+                memcpy(b + sizeof e, counts, 8);
+                memcpy(b + sizeof e + 8, s->native, s->n_native * 8u);
+                memcpy(b + sizeof e + 8 + s->n_native * 8u, s->py, s->n_py * 8u);
+                s_write_record(fd, SR_RAW_SAMPLE, b, sizeof e + 8 + (s->n_native + s->n_py) * 8u, NULL, 0);
+            }
+            atomic_store(&st->tail, tail);
+        }
+        uint32_t next = pyframes_code_next();
+        if (next > PYFRAMES_MAX_CODES + 1) next = PYFRAMES_MAX_CODES + 1;
+        pyframes_code c;
+        for (uint32_t id = s_codes_written; s_code_done && id < next; id++) {
+            if (s_code_done[id] || !pyframes_code_get(id, &c)) continue;
+            uint32_t head[6] = {id, (uint32_t)c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
+            s_write_record(fd, SR_CODE, head, sizeof head, c.filename, (size_t)c.filename_len + c.qualname_len + c.linetable_len);
+            s_code_done[id] = 1;
+        }
+        for (uint32_t i = 0; i < s_nthreads; i++) {
+            sthread *st = atomic_load(&s_threads[i]);
+            if (!st->serial) continue;
+            struct { uint32_t tid, serial; uint64_t taken, dropped, handler_ticks; } r =
+                {st->tid, st->serial, atomic_load(&st->taken), atomic_load(&st->dropped), atomic_load(&st->handler_ticks)};
+            s_write_record(fd, SR_STATS, &r, sizeof r, NULL, 0);
+        }
+        s_maps_in_signal(fd, (char *)s_fatal_buf, sizeof s_fatal_buf);
+    }
+    pthread_mutex_unlock(&s_mutex);
+}
+
+/* autoitt's launcher calls this first thing (through ctypes), so that start-up, imports and data
+ * preparation are sampled too: otherwise sampling starts at the process's first ITT call. */
+EXPORT void autoitt_start_sampling(void) { sampler_start(); }

@@ -1,0 +1,497 @@
+"""CPU-time stack sampling in the collector, end to end: real Python targets, the real collector, real files.
+
+Each test runs a script under the collector (``tests.test_collector``'s helpers) and reads the
+``samples-<pid>.bin`` it wrote with :mod:`instrumenter.builtin.samplefile` (format: its docstring),
+naming native frames with :mod:`instrumenter.builtin.symbols`.  Busy loops are pure Python
+arithmetic: the samples count user-mode CPU time only, and a loop that asks for the time at each
+turn (``time.thread_time()`` is a system call) would spend most of it in the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+
+from instrumenter.builtin.events import read_trace_dir
+from instrumenter.builtin.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, SampleFile,
+                                             read_sample_dir, read_sample_file)
+from instrumenter.builtin.symbols import Symbolizer
+from tests.test_collector import run_target, target_env
+
+#: a busy loop of about ``seconds`` of CPU time, calibrated once (no system call inside the loop)
+BUSY = """
+import time
+def _calibrate():
+    t0 = time.process_time()
+    n = 0
+    while time.process_time() - t0 < 0.05:
+        for _ in range(10000):
+            n += 1
+    return n / (time.process_time() - t0)
+_RATE = _calibrate()
+def busy(seconds):
+    total = 0
+    for i in range(int(seconds * _RATE)):   # BUSY LOOP
+        total += i
+    return total
+"""
+
+#: a seccomp filter refusing some system calls with EACCES (as perf_event_paranoid=3 would), from Python
+REFUSE = """
+import ctypes, struct
+def refuse(*numbers):
+    program = [(0x20, 0, 0, 0)]  # load the system call number
+    for number in numbers:
+        program += [(0x15, 0, 1, number), (0x06, 0, 0, 0x00050000 | 13)]  # ==number: return EACCES
+    program.append((0x06, 0, 0, 0x7FFF0000))  # allow
+    code = ctypes.create_string_buffer(b"".join(struct.pack("<HBBI", *op) for op in program))
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+    assert libc.prctl(22, 2, ctypes.byref(Program(len(program), ctypes.addressof(code))), 0, 0) == 0
+"""
+PERF_EVENT_OPEN, TIMER_CREATE = 298, 222  # x86-64
+
+
+def script(code: str) -> str:
+    return BUSY + textwrap.dedent(code)
+
+
+def only_samples(traces: Path) -> SampleFile:
+    found = read_sample_dir(traces)
+    assert len(found) == 1, [s.path for s in found]
+    assert found[0].warnings == []
+    return found[0]
+
+
+def line_of(code: str, marker: str) -> int:
+    """The line number of the (first) line holding marker."""
+    return next(i for i, line in enumerate(code.splitlines(), 1) if marker in line)
+
+
+def python_leaves(sf: SampleFile, rows: np.ndarray) -> Counter:
+    """(qualname, line) of the innermost Python frame of each sample in rows."""
+    out: Counter = Counter()
+    for i in rows:
+        frames = [f for f in sf.stacks[sf.stack[i]] if f[0] == "py"]
+        if frames:
+            code = sf.codes[frames[-1][1]]
+            out[(code.qualname, frames[-1][2])] += 1
+    return out
+
+
+def names(traces: Path) -> Dict[int, str]:
+    trace, = read_trace_dir(traces).traces
+    return {**trace.strings, **trace.domains}
+
+
+# --------------------------------------------------------------------------- Python and native frames
+
+
+def test_a_busy_python_function_is_the_innermost_python_frame_with_its_file_and_line(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        itt.resume()
+        def outer():
+            return busy(0.4)   # CALL
+        outer()
+    """))
+    sf = only_samples(traces)
+    assert sf.mechanism == "perf" and sf.python == "frames" and sf.python_version == sys.version_info[:2]
+    in_busy = [i for i in range(len(sf)) if any(f[0] == "py" and sf.codes[f[1]].qualname == "busy"
+                                                for f in sf.stacks[sf.stack[i]])]
+    assert len(in_busy) >= 200
+    leaves = python_leaves(sf, np.array(in_busy))
+    loop = line_of(BUSY, "BUSY LOOP")
+    on_loop = leaves[("busy", loop)] + leaves[("busy", loop + 1)]
+    assert on_loop >= 0.9 * len(in_busy), leaves.most_common(5)
+    code = next(c for c in sf.codes.values() if c.qualname == "busy")
+    assert Path(code.filename).name == "target.py"
+    # and the callers above it, outermost first
+    stack = [sf.codes[f[1]].qualname for f in sf.stacks[sf.stack[in_busy[0]]] if f[0] == "py"]
+    assert stack[-3:] == ["<module>", "outer", "busy"]
+
+
+def test_a_native_call_is_named_in_its_library_under_the_python_line_that_called_it(tmp_path):
+    code = script("""
+        import time, numpy as np
+        import ittapi.compat as itt
+        itt.resume()
+        a = np.random.rand(300, 300)
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.4:
+            a.dot(a)   # MATMUL
+    """)
+    _, traces = run_target(tmp_path, code, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    sf = only_samples(traces)
+    symbols = Symbolizer.for_file(sf)
+    matmul_line = line_of(code, "# MATMUL")
+    blas = 0
+    for i in range(len(sf)):
+        frames = sf.stacks[sf.stack[i]]
+        if frames[-1][0] != "native":
+            continue
+        leaf = symbols.lookup(frames[-1][1])
+        if leaf.library and "openblas" in leaf.library:
+            blas += 1
+            py = [f for f in frames if f[0] == "py"]
+            assert (sf.codes[py[-1][1]].qualname, py[-1][2]) == ("<module>", matmul_line)
+            first_native = frames.index(py[-1]) + 1
+            assert all(f[0] == "native" for f in frames[first_native:])  # no Python frame below the call
+    assert blas >= 0.5 * len(sf), Counter(symbols.lookup(sf.stacks[s][-1][1]).library for s in sf.stack)
+
+
+def test_stacks_run_from_the_thread_start_to_the_interrupted_instruction(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import threading, ittapi.compat as itt
+        itt.resume()
+        worker = threading.Thread(target=busy, args=(0.3,))
+        worker.start(); worker.join()
+    """))
+    sf = only_samples(traces)
+    symbols = Symbolizer.for_file(sf)
+    worker = np.flatnonzero(sf.tid != sf.pid)
+    assert len(worker) >= 150
+    ended = F_NATIVE_TRUNCATED | F_NATIVE_FAILED | F_NATIVE_NO_INFO
+    whole = [i for i in worker if not sf.flags[i] & ended]  # the walk met the outermost frame's end mark
+    assert len(whole) >= 0.95 * len(worker)
+    for i in whole[:20]:
+        frames = sf.stacks[sf.stack[i]]
+        assert symbols.lookup(frames[0][1]).library == "libc.so.6"  # clone3, start_thread
+        assert [sf.codes[f[1]].qualname for f in frames if f[0] == "py"][-2:] == ["Thread.run", "busy"]
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def test_a_sample_names_the_innermost_open_task_of_its_thread(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        train, other = itt.domain_create("autoitt.train"), itt.domain_create("other")
+        itt.task_begin(train, "step")
+        itt.task_begin(other, "inner")
+        busy(0.3)
+        itt.task_end(other)
+        busy(0.2)
+        itt.task_end(train)
+    """))
+    sf, name = only_samples(traces), names(traces)
+    rows = [(name.get(int(d)), name.get(int(n)), name.get(int(ad)), name.get(int(an)), bool(inh))
+            for d, n, ad, an, inh in zip(sf.task_domain, sf.task_name, sf.autoitt_domain, sf.autoitt_name,
+                                         sf.inherited)]
+    seen = Counter(rows)
+    assert seen[("other", "inner", "autoitt.train", "step", False)] >= 200
+    assert seen[("autoitt.train", "step", "autoitt.train", "step", False)] >= 120
+    assert not any(r[0] == "other" and r[3] != "step" for r in rows)
+
+
+def test_a_task_ended_while_paused_is_not_left_open_in_later_samples(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        other = itt.domain_create("other")
+        itt.resume()
+        itt.task_begin(other, "straddles")
+        busy(0.1)
+        itt.pause()
+        itt.task_end(other)    # dropped, as in the trace
+        itt.resume()
+        itt.task_begin(other, "after"); busy(0.2); itt.task_end(other)
+        busy(0.2)
+    """))
+    sf, name = only_samples(traces), names(traces)
+    order = np.argsort(sf.ns, kind="stable")
+    tasks = [name.get(int(n)) for n in sf.task_name[order]]
+    last_after = max(i for i, t in enumerate(tasks) if t == "after")
+    assert tasks.count("straddles") >= 50 and tasks.count("after") >= 100
+    assert "straddles" not in tasks[last_after:] and tasks[-100:] == [None] * 100
+
+
+def test_a_worker_thread_without_tasks_is_attributed_the_process_autoitt_task_as_inherited(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import threading, ittapi.compat as itt
+        train = itt.domain_create("autoitt.train")
+        worker = threading.Thread(target=busy, args=(0.3,))
+        itt.task_begin(train, "step")
+        worker.start(); worker.join()
+        itt.task_end(train)
+    """))
+    sf, name = only_samples(traces), names(traces)
+    worker = sf.tid != sf.pid
+    assert worker.sum() >= 150
+    assert (sf.task_name[worker] == 0).all()  # no task of its own
+    attributed = [name.get(int(n)) for n in sf.autoitt_name[worker]]
+    assert attributed.count("step") >= 0.95 * worker.sum()
+    assert sf.inherited[worker][np.array(attributed) == "step"].all()
+    assert {name.get(int(d)) for d in sf.autoitt_domain[worker]} == {"autoitt.train"}
+
+
+def test_the_own_domains_are_the_ones_autoitt_names(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import threading, ittapi.compat as itt
+        mine, default = itt.domain_create("mytrain"), itt.domain_create("autoitt.train")
+        worker = threading.Thread(target=busy, args=(0.2,))
+        itt.task_begin(mine, "epoch")
+        itt.task_begin(default, "not own here")
+        worker.start(); worker.join()
+        itt.task_end(default)
+        itt.task_end(mine)
+    """), AUTOITT_OWN_DOMAINS="mytrain,other")
+    sf, name = only_samples(traces), names(traces)
+    worker = sf.tid != sf.pid
+    assert worker.sum() >= 100
+    assert {(name.get(int(d)), name.get(int(n))) for d, n in zip(sf.autoitt_domain[worker], sf.autoitt_name[worker])} \
+        == {("mytrain", "epoch")}
+
+
+def test_samples_say_whether_collection_was_paused(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        itt.pause()        # the first ITT call attaches the collector; collection stays paused
+        busy(0.2)
+        itt.resume()
+        busy(0.2)
+        itt.pause()
+    """), start_paused=True)
+    sf = only_samples(traces)
+    order = np.argsort(sf.ns, kind="stable")
+    paused = sf.paused[order].astype(int)
+    # paused, collecting, paused again (the interpreter's exit, after the last pause)
+    changes = np.flatnonzero(np.diff(paused))
+    assert len(changes) == 2 and paused[0] == 1, paused
+    assert changes[0] >= 150 and changes[1] - changes[0] >= 150
+
+
+# --------------------------------------------------------------------------- rate and controls
+
+
+def test_the_rate_is_the_configured_rate_of_cpu_time(tmp_path):
+    for hz in (1000, 200):
+        (tmp_path / str(hz)).mkdir()
+        done, traces = run_target(tmp_path / str(hz), script("""
+            import time, ittapi.compat as itt
+            itt.resume()
+            t0, cpu0 = time.monotonic_ns(), time.thread_time()
+            busy(1.0)
+            print(t0, time.monotonic_ns(), time.thread_time() - cpu0)
+        """), AUTOITT_SAMPLE_HZ=str(hz))
+        t0, t1, cpu = done.stdout.split()
+        sf = only_samples(traces)
+        assert sf.rate_hz == hz and sf.period_ns == 10**9 // hz
+        during = (sf.tid == sf.pid) & (sf.ns >= int(t0)) & (sf.ns <= int(t1))
+        taken = int(sf.weight[during].sum())
+        assert 0.8 * float(cpu) * hz <= taken <= 1.1 * float(cpu) * hz, (taken, cpu)
+        assert (sf.weight == 1).all()
+        assert sf.dropped == 0
+
+
+def test_a_rate_of_zero_turns_sampling_off_and_leaves_the_trace_alone(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        d = itt.domain_create("autoitt.train")
+        itt.task_begin(d, "step"); busy(0.1); itt.task_end(d)
+    """), AUTOITT_SAMPLE_HZ="0")
+    assert not list(traces.glob("samples-*.bin"))
+    trace, = read_trace_dir(traces).traces
+    assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
+
+
+def test_the_collector_thread_is_not_sampled_and_every_program_thread_is(tmp_path):
+    _, traces = run_target(tmp_path, script("""
+        import threading, ittapi.compat as itt
+        itt.resume()
+        threads = [threading.Thread(target=busy, args=(0.15,), name=f"w{i}") for i in range(3)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    """))
+    sf = only_samples(traces)
+    assert "autoitt-sampler" not in sf.thread_names.values()
+    per_thread = Counter(int(t) for t in sf.tid if t != sf.pid)
+    assert len(per_thread) == 3 and min(per_thread.values()) >= 60
+
+
+# --------------------------------------------------------------------------- permissions and refusals
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become uid 65534")
+def test_sampling_works_for_an_unprivileged_user(request):
+    work = Path(tempfile.mkdtemp(prefix="autoitt-nobody-", dir="/tmp"))  # pytest's own is root's alone
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    work.chmod(0o777)
+    (work / "target.py").write_text(script("""
+        import ittapi.compat as itt
+        itt.resume()
+        busy(0.3)
+        print("done")
+    """))
+    (work / "target.py").chmod(0o644)
+    traces = work / "traces"
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                           str(work / "target.py")], cwd=work, env=target_env(traces), capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0 and "Permission denied" in done.stderr and not traces.exists():
+        pytest.skip(f"uid 65534 cannot run {sys.executable}: {done.stderr.strip()}")
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    sf = only_samples(traces)
+    assert os.stat(sf.path).st_uid == 65534
+    assert sf.mechanism == "perf" and sf.reason is None
+    assert len(sf) >= 150
+    assert any(f[0] == "py" and sf.codes[f[1]].qualname == "busy" for s in sf.stack[:50] for f in sf.stacks[s])
+
+
+def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path):
+    done, traces = run_target(tmp_path, REFUSE + script(f"""
+        refuse({PERF_EVENT_OPEN})
+        import time, ittapi.compat as itt
+        d = itt.domain_create("autoitt.train")
+        itt.task_begin(d, "step")
+        t0, cpu0 = time.monotonic_ns(), time.thread_time()
+        busy(0.4)
+        print(t0, time.monotonic_ns(), time.thread_time() - cpu0)
+        itt.task_end(d)
+    """))
+    sf = only_samples(traces)
+    assert sf.mechanism == "timer"
+    assert sf.reason.startswith("perf_event_open was refused (Permission denied; kernel.perf_event_paranoid is")
+    # at most one sample per kernel tick (250 per second here), each standing for the periods it covers
+    t0, t1, cpu = done.stdout.split()
+    during = (sf.ns >= int(t0)) & (sf.ns <= int(t1))
+    assert during.sum() <= 1.2 * 250 * float(cpu) and (sf.weight[during] > 1).mean() > 0.5
+    assert 0.7 * 1000 * float(cpu) <= sf.weight[during].sum() <= 1.2 * 1000 * float(cpu)
+    trace, = read_trace_dir(traces).traces
+    assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
+
+
+def test_with_no_way_to_sample_the_reason_is_recorded_and_the_trace_is_unaffected(tmp_path):
+    done, traces = run_target(tmp_path, REFUSE + script(f"""
+        refuse({PERF_EVENT_OPEN}, {TIMER_CREATE})
+        import ittapi.compat as itt
+        d = itt.domain_create("autoitt.train")
+        itt.task_begin(d, "step"); busy(0.1); itt.task_end(d)
+        print("done")
+    """))
+    assert done.stdout == "done\n" and done.stderr == ""
+    sf = only_samples(traces)
+    assert sf.mechanism == "none" and len(sf) == 0 and sf.complete
+    assert sf.reason == ("no CPU-time sampling: perf_event_open was refused (Permission denied; "
+                         f"kernel.perf_event_paranoid is {Path('/proc/sys/kernel/perf_event_paranoid').read_text().strip()}), "
+                         "and so was timer_create, the fallback (Permission denied)")
+    trace, = read_trace_dir(traces).traces
+    assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
+
+
+def test_a_program_that_takes_over_the_sampling_signal_stops_sampling_with_a_reason(tmp_path):
+    done, traces = run_target(tmp_path, script("""
+        import signal, ittapi.compat as itt
+        itt.resume()
+        busy(0.1)
+        signal.signal(signal.SIGURG, lambda *a: None)
+        busy(0.2)
+        print("done")
+    """))
+    assert done.stdout == "done\n"
+    sf = only_samples(traces)
+    assert sf.mechanism == "none" and "installed its own handler for signal 23" in sf.reason
+    assert 40 <= len(sf) < 180
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_a_forked_child_writes_its_own_samples_file(tmp_path):
+    done, traces = run_target(tmp_path, script("""
+        import os, multiprocessing, ittapi.compat as itt
+        itt.resume()
+        def child():
+            busy(0.3)
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start(); process.join()
+        print(os.getpid(), process.pid)
+    """))
+    parent_pid, child_pid = map(int, done.stdout.split())
+    files = {sf.pid: sf for sf in read_sample_dir(traces)}
+    assert set(files) == {parent_pid, child_pid}
+    child = files[child_pid]
+    assert child.forked and child.ppid == parent_pid and not files[parent_pid].forked
+    assert set(child.tid.tolist()) == {child_pid}
+    assert len(child) >= 150  # its last 20 ms are lost: multiprocessing ends it with os._exit
+    leaves = python_leaves(child, np.arange(len(child)))
+    assert sum(n for (name, _), n in leaves.items() if name == "busy") >= 0.9 * len(child)
+
+
+def test_sleeping_reading_a_pipe_and_waiting_for_a_subprocess_behave_the_same_with_sampling(tmp_path):
+    code = script("""
+        import os, queue, subprocess, sys, threading, time
+        import ittapi.compat as itt
+        itt.resume()
+        def writer(fd):
+            busy(0.1)
+            os.write(fd, b"through the pipe")
+        r, w = os.pipe()
+        threading.Thread(target=writer, args=(w,)).start()
+        t0 = time.monotonic(); time.sleep(0.15); slept = time.monotonic() - t0
+        print(os.read(r, 100).decode())
+        q = queue.Queue()
+        threading.Timer(0.05, q.put, args=("queued",)).start()
+        print(q.get(timeout=5))
+        out = subprocess.run([sys.executable, "-c", "print('child says hi')"], capture_output=True, text=True)
+        print(out.stdout.strip(), out.returncode)
+        print(slept >= 0.15)
+        busy(0.1)
+        sys.exit(3)
+    """)
+    runs = {}
+    for hz in ("0", "1000"):
+        (tmp_path / hz).mkdir()
+        done, traces = run_target(tmp_path / hz, code, expect_rc=3, AUTOITT_SAMPLE_HZ=hz)
+        runs[hz] = (done.stdout, done.stderr)
+    assert runs["0"] == runs["1000"] == ("through the pipe\nqueued\nchild says hi 0\nTrue\n", "")
+    assert len(read_sample_file(next((tmp_path / "1000" / "traces").glob("samples-*.bin")))) >= 100
+
+
+def test_sigterm_leaves_a_readable_samples_file(tmp_path):
+    path = tmp_path / "target.py"
+    path.write_text(script("""
+        import sys, ittapi.compat as itt
+        itt.resume()
+        busy(0.05)
+        print("ready", flush=True)
+        while True:
+            busy(0.1)
+    """))
+    traces = tmp_path / "traces"
+    process = subprocess.Popen([sys.executable, str(path)], env=target_env(traces), stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    time.sleep(0.4)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == -signal.SIGTERM
+    sf = only_samples(traces)
+    assert not sf.complete
+    assert len(sf) >= 200 and (sf.stack >= 0).all()
+    assert sf.maps and any(m.path.endswith(".so") or "python" in m.path for m in sf.maps[-1])
+    assert any(c.qualname == "busy" for c in sf.codes.values())
+
+
+def test_an_uncaught_exception_leaves_a_complete_samples_file(tmp_path):
+    done, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        itt.resume()
+        busy(0.2)
+        raise SystemError("boom")
+    """), expect_rc=1)
+    assert "SystemError: boom" in done.stderr
+    sf = only_samples(traces)
+    assert sf.complete and len(sf) >= 100 and sf.counts[sf.pid].samples == len(sf)
+
