@@ -21,7 +21,8 @@ import click
 
 from . import __version__
 from .diff import STYLES
-from .cli_options import VTUNE_FLAGS, trace_limit_option, trace_steps_option, verbose_option, vtune_options
+from .cli_options import (VTUNE_FLAGS, sample_rate_option, trace_limit_option, trace_steps_option, verbose_option,
+                          vtune_options)
 from .options import BACKENDS, VTuneOptions
 from .tally import Tally
 
@@ -274,11 +275,12 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
               help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
 @trace_steps_option
 @trace_limit_option
+@sample_rate_option
 @verbose_option
 @_mode_options
 @vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
-            trace_steps: str, trace_limit: Optional[int], verbose: bool,
+            trace_steps: str, trace_limit: Optional[int], sample_rate: int, verbose: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
@@ -314,7 +316,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     options = ProfileOptions(
         mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
         result_dir=result_dir, json_output=as_json, launcher=launcher, trace_steps=trace_steps or "auto",
-        trace_limit=trace_limit,
+        trace_limit=trace_limit, sample_hz=sample_rate,
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
                            extra_args=vtune_args),
         vtune_flags_given=tuple(flag for name, flag in VTUNE_FLAGS

@@ -7,8 +7,8 @@ from typing import Callable, Optional, Tuple
 
 import click
 
-from .options import (ANALYSES, DEFAULT_DATA_LIMIT_MB, DEFAULT_TRACE_LIMIT, SAMPLING_MODES, parse_analyses,
-                      parse_size, split_args)
+from .options import (ANALYSES, DEFAULT_DATA_LIMIT_MB, DEFAULT_SAMPLE_HZ, DEFAULT_TRACE_LIMIT, SAMPLING_MODES,
+                      parse_analyses, parse_size, split_args)
 
 
 def parse_analyses_option(ctx: click.Context, param: click.Parameter, value: Optional[str]):
@@ -94,3 +94,24 @@ verbose_option = click.option(
     "-v", "--verbose", is_flag=True,
     help="Show every table: the tasks of each domain (autoitt's regions, PyTorch's, oneDNN's) and all top "
          "operators. Without it the summary is one screen: steps, phases, top operators, notes.")
+
+
+def sample_rate(text: str) -> int:
+    """``--sample-rate``: samples per second of a thread's CPU time, 0 (or ``off``) for none."""
+    from .options import MAX_SAMPLE_HZ
+
+    if text.strip().lower() in ("off", "none"):
+        return 0
+    try:
+        rate = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of samples per second (e.g. 1000, 100, or 0 for none)") from None
+    if not 0 <= rate <= MAX_SAMPLE_HZ:
+        raise ValueError(f"{rate} is outside 0..{MAX_SAMPLE_HZ} samples per second")
+    return rate
+
+
+sample_rate_option = click.option(
+    "--sample-rate", metavar="HZ", default=str(DEFAULT_SAMPLE_HZ), show_default=True, callback=checked(sample_rate),
+    help="CPU-time samples per second of each thread, for the hotspots (functions, Python lines and native "
+         "symbols, per task); 0 or off: no sampling. Built-in backend (with VTune, VTune samples).")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -21,8 +22,9 @@ def duration(seconds: float) -> str:
 
 
 def table(title: str, columns) -> Table:
-    """Names fold onto several lines; figures never wrap."""
-    made = Table(title=title, title_justify="left")
+    """Names fold onto several lines; figures never wrap. No outer box: a summary of several tables still
+    fits a screen."""
+    made = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     made.add_column(columns[0], overflow="fold", ratio=1, min_width=16)
     for column in columns[1:]:
         made.add_column(column, justify="right", no_wrap=True)

@@ -100,6 +100,10 @@ def vtune_launcher_problem(launcher: Sequence[str]) -> Optional[str]:
 
 #: ``--trace-limit``'s default, 2G: a process's trace file stops growing there (its statistics do not).
 DEFAULT_TRACE_LIMIT = 2 << 30
+#: ``--sample-rate``'s default: samples per second of each thread's CPU time (1 ms of CPU a sample).
+DEFAULT_SAMPLE_HZ = 1000
+#: The highest rate asked for: above it the signal handler's cost would be a sizeable share of the CPU.
+MAX_SAMPLE_HZ = 10000
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -153,5 +157,7 @@ class ProfileOptions:
     trace_steps: str = "auto"
     #: bytes a process's trace file may take (``--trace-limit``), None: no limit; built-in backend
     trace_limit: Optional[int] = DEFAULT_TRACE_LIMIT
+    #: CPU-time samples per second of each thread (``--sample-rate``), 0: no sampling; built-in backend
+    sample_hz: int = DEFAULT_SAMPLE_HZ
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
     vtune_flags_given: Tuple[str, ...] = ()

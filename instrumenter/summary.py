@@ -71,6 +71,21 @@ class StepStats:
 
 
 @dataclass(frozen=True)
+class Hotspot:
+    """A function's sampled CPU time (:mod:`instrumenter.builtin.hotspots`): a Python function at a line of the
+    original script (``file``, ``line``), or a native one in a ``library``. ``share``: its self time, of the
+    CPU time sampled in the list's scope."""
+
+    function: str
+    file: Optional[str]
+    line: Optional[int]
+    library: Optional[str]
+    self_s: float
+    total_s: float
+    share: float
+
+
+@dataclass(frozen=True)
 class RankStats:
     """One rank of a multi-process run: its processes (the rank's own and its workers), its steps."""
 
@@ -118,6 +133,27 @@ class Summary:
     run_split: Optional[Dict[str, float]] = None
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
+    #: CPU-time sampling with the built-in backend (:mod:`instrumenter.builtin.sampling`): ``rate_hz``,
+    #: ``mechanism``, ``python_frames``, ``samples``, ``dropped``, ``processes``, ``reasons`` (why sampling was
+    #: unavailable or degraded), ``period_s``, ``collected_cpu_s``, ``outside_cpu_s``, ``cpu_s_by_task`` (the
+    #: CPU time sampled in each own region); None: not sampled
+    sampling: Optional[Dict[str, Any]] = None
+    #: sampled functions over the collected training, per task (the own regions by label, then the most
+    #: sampled other tasks), and outside collection (start-up, imports, after the last pause)
+    hotspots: List[Hotspot] = field(default_factory=list)
+    #: the lines of the project's own files by total sampled CPU time (what each line runs, libraries included)
+    hotspot_lines: List[Hotspot] = field(default_factory=list)
+    hotspots_by_task: Dict[str, List[Hotspot]] = field(default_factory=dict)
+    hotspots_outside: List[Hotspot] = field(default_factory=list)
+    #: the lines of the project's own files by total CPU time outside collection (``import torch``, data
+    #: preparation)
+    hotspot_lines_outside: List[Hotspot] = field(default_factory=list)
+    #: per own task label (step, epoch, ...), what the process counted while it ran
+    #: (:func:`instrumenter.builtin.counters.task_counters`): ``cpu_s``, ``cpu_utilization``, ``page_faults``,
+    #: ``context_switches`` and, where the PMU could be read, ``cycles``, ``instructions``, ``ipc``, ...
+    counters: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    #: why hardware counters were not read, and other notes of the collector on counting
+    counter_notes: List[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """Statistics only, so it stays small however long the run (step durations are left out)."""
@@ -146,4 +182,10 @@ class Summary:
             "operators": [TaskStats(**task) for task in data["operators"]],
             "ranks": [RankStats(rank["rank"], rank["pids"], steps(rank["steps"])) for rank in data["ranks"]],
             "stragglers": [Straggler(**straggler) for straggler in data["stragglers"]],
+            "hotspots": [Hotspot(**row) for row in data.get("hotspots", ())],
+            "hotspot_lines": [Hotspot(**row) for row in data.get("hotspot_lines", ())],
+            "hotspots_by_task": {task: [Hotspot(**row) for row in rows]
+                                 for task, rows in data.get("hotspots_by_task", {}).items()},
+            "hotspots_outside": [Hotspot(**row) for row in data.get("hotspots_outside", ())],
+            "hotspot_lines_outside": [Hotspot(**row) for row in data.get("hotspot_lines_outside", ())],
         })

@@ -109,7 +109,7 @@ def test_the_summary_fits_one_screen_and_verbose_adds_every_task_table(torch_run
     folder, _, _ = torch_run
     short = autoitt("report", str(folder)).stdout
     assert "Top tasks" not in short and "Top PyTorch operators" in short
-    assert len(short.splitlines()) <= 50
+    assert len(short.splitlines()) <= 70  # at 120 columns: header, steps, phases, operators, hotspots, notes
     full = autoitt("report", "--verbose", str(folder)).stdout
     for table in ("Top tasks, domain autoitt.torch_train", "Top tasks, domain PyTorch",
                   "Top tasks, domain dnnl::primitive::execute"):

@@ -29,6 +29,8 @@ from ..summary import Summary
 TRACE_SUBDIR = "itt"
 #: What a read saves: the summary ``autoitt report`` prints again.
 SUMMARY_FILE = "summary.json"
+#: The sampled stacks, folded (flame-graph tools, speedscope).
+FOLDED_FILE = "hotspots.folded"
 
 
 class BuiltinBackend(Backend):
@@ -41,7 +43,8 @@ class BuiltinBackend(Backend):
             say(f"{', '.join(job.options.vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
         env = dict(os.environ)
-        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit))
+        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit,
+                               job.options.sample_hz, job.instrumentation.domains))
         started, started_at = time.perf_counter(), time.time()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
         command = list(under_launcher(job.options.launcher, job.command))
@@ -49,8 +52,9 @@ class BuiltinBackend(Backend):
         return Finished(target.wait(process), time.perf_counter() - started, started_at)
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
-        """Read the traces once, for the statistics and the timeline; write trace.json, summary.json and
-        steps.svg (where the folder can be written: a read-only result folder is still summarized)."""
+        """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
+        trace.json, summary.json, steps.svg and hotspots.folded (when samples were taken) where the folder can be
+        written: a read-only result folder is still summarized."""
         from ..results import save_outputs
         from . import chrome_trace
         from .aggregate import aggregate
@@ -58,6 +62,9 @@ class BuiltinBackend(Backend):
         from .step_marks import step_marks
         from .ranks import rank_stats, stragglers
         from .taskstats import run_split, summarize
+        from .counters import counter_notes, task_counters
+        from .samplefile import read_sample_dir
+        from .sampling import summarize_samples
         from .scan import scan_trace_dir
         from .timeline import StepWindow, keep_policy, timeline
 
@@ -75,8 +82,19 @@ class BuiltinBackend(Backend):
         if not any(task.domain in domains for task in summary.tasks):
             summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary))
         kept, summary.trace_window = timeline(found, labels, domains, steps)
+        summary.counters, summary.counter_notes = task_counters(traces, found, domains), counter_notes(traces)
+        sampled = summarize_samples(read_sample_dir(trace_dir) if trace_dir.is_dir() else [],
+                                    {trace.pid: (trace.domains, trace.strings) for trace in traces},
+                                    instrumentation, domains)
+        outputs = {}
+        if sampled is not None:
+            summary.sampling, summary.hotspots, summary.hotspot_lines = sampled.info, sampled.hotspots, sampled.lines
+            summary.hotspots_by_task, summary.hotspots_outside = sampled.by_task, sampled.outside
+            summary.hotspot_lines_outside = sampled.outside_lines
+            outputs[FOLDED_FILE] = "".join(line + "\n" for line in sampled.folded)
         script_name = readable(Path(record.script).name)
         summary.warnings.extend(save_outputs(folder, {
+            **outputs,
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,
                                                          summary.trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",

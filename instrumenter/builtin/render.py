@@ -7,20 +7,28 @@ tables of every domain and the full operator list; the JSON has everything.
 
 from __future__ import annotations
 
+import linecache
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from ..console import collected_line, duration, table
 from ..instrumentation import Instrumentation
-from ..summary import StepStats, Summary, TaskStats
+from ..summary import Hotspot, StepStats, Summary, TaskStats
 from .notes import notes
 from .taskstats import TORCH_DOMAIN
 
 #: Rows of the PyTorch domain's table (``--verbose``), and operators shown without it.
 _TOP = 12
-_TOP_OPERATORS = 8
+_TOP_OPERATORS = 6
+#: Hotspot rows shown without ``--verbose``: over the run, and per step or outside collection.
+_TOP_HOTSPOTS = 8
+_TOP_IN_TASK = 4
+#: A function name longer than this is shortened on the terminal.
+_NAME_WIDTH = 60
 #: Width of a phase's bar at a share of 100 %.
 _BAR = 30
 
@@ -60,11 +68,13 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
         _render_domains(summary, console, own_domain, all_domains=verbose)
     for step in summary.steps:
         _render_steps(step, console)
+        _render_counters(summary.counters.get(step.label), step.label, console)
     _render_ranks(summary, console)
     _render_operators(summary, console, summary.operators if verbose else summary.operators[:_TOP_OPERATORS])
+    _render_hotspots(summary, console, verbose, instrumentation)
 
-    for note in notes(summary, instrumentation):
-        console.print(f"[yellow]note:[/yellow] {note}")
+    for note in notes(summary, instrumentation) + summary.counter_notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if summary.trace_window:
@@ -110,9 +120,10 @@ def _render_steps(step: StepStats, console: Console) -> None:
     )
     if not step.phases:
         return
-    over = f"the {step.phase_steps} steady steps" if step.phase_steps else "every step"
-    grid = table(f"Phases of `{step.label}`, per step, over {over} (data: waiting for the batch, between steps)",
-                 ("phase", "per step", "share", "share of the step loop's time"))
+    over = f"its {step.phase_steps} steady steps" if step.phase_steps else "every step"
+    grid = table(f"Phases of `{step.label}` over {over} (data: waiting for the batch)",
+                 ("phase", "per step", "share", "of the step loop's time"))
+    grid.min_width = len(grid.title) + 2
     for name, phase in step.phases.items():
         if phase["share"] < 0.005:
             continue
@@ -120,6 +131,23 @@ def _render_steps(step: StepStats, console: Console) -> None:
         grid.add_row(name, duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
+
+
+def _render_counters(counted: Optional[dict], label: str, console: Console) -> None:
+    """One line: what the process counted per step (CPU time and utilisation, page faults, context switches,
+    and the hardware's figures where the PMU was read)."""
+    if not counted or not counted.get("count"):
+        return
+    count = counted["count"]
+    parts = [f"CPU {duration(counted['cpu_s'] / count)} ({counted['cpu_utilization']:.2f} cores busy on average)",
+             f"{counted['page_faults_per_instance']:.1f} page faults",
+             f"{counted['context_switches_per_instance']:.1f} context switches"]
+    if "ipc" in counted:
+        parts.append(f"IPC {counted['ipc']:.2f}")
+        if "cache_misses_per_kilo_instruction" in counted:
+            parts.append(f"{counted['cache_misses_per_kilo_instruction']:.1f} cache and "
+                         f"{counted['branch_misses_per_kilo_instruction']:.1f} branch misses per 1000 instructions")
+    console.print(f"  counted per `{label}` (the whole process): " + ", ".join(parts))
 
 
 def _render_operators(summary: Summary, console: Console, operators) -> None:
@@ -134,6 +162,121 @@ def _render_operators(summary: Summary, console: Console, operators) -> None:
         rows_table.add_row(op.name, str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
                            f"{own / thread_time:.1%}" if thread_time else "")
     console.print(rows_table)
+
+
+def _where(spot: Hotspot) -> str:
+    return f"{spot.file}:{spot.line}" if spot.file is not None else (spot.library or "")
+
+
+def short_function(name: str, width: int = _NAME_WIDTH) -> str:
+    """A C++ symbol short enough to read in a table: without its return type and parameters, then with its
+    template arguments elided, then cut (``--json`` and hotspots.folded keep the whole name)."""
+    if len(name) <= width:
+        return name
+    depth, cut = 0, len(name)
+    shortened = name.rstrip()
+    if shortened.endswith(" const"):
+        shortened = shortened[:-len(" const")]
+    if shortened.endswith(")"):
+        for i in range(len(shortened) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(shortened[i], 0)
+            if depth == 0:
+                cut = i
+                break
+        shortened = shortened[:cut] or shortened
+    depth, start = 0, 0
+    for i, char in enumerate(shortened):  # the return type ends at the last space outside brackets
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
+        if char == " " and depth == 0:
+            start = i + 1
+    shortened = shortened[start:]
+    if len(shortened) > width:
+        out, depth = [], 0
+        for char in shortened:
+            if char == "<":
+                depth += 1
+                if depth == 1:
+                    out.append("<…")
+            elif char == ">" and depth:
+                depth -= 1
+                if depth == 0:
+                    out.append(">")
+            elif depth == 0:
+                out.append(char)
+        shortened = "".join(out)
+    return shortened if len(shortened) <= width else shortened[:width - 1] + "…"
+
+
+def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict[str, str]) -> Table:
+    """The project's lines, each with its code (read from the original file now: ``sources`` maps the
+    project's names of its files to their paths)."""
+    grid = table(title, ("line", "code", "function", "total CPU", "% of that CPU time"))
+    grid.columns[0].no_wrap = True
+    grid.columns[0].min_width = max((len(_where(spot)) for spot in lines), default=8)
+    grid.columns[1].justify = grid.columns[2].justify = "left"
+    for spot in lines:
+        path = sources.get(spot.file or "")
+        code = linecache.getline(path, spot.line).strip() if path and spot.line else ""
+        grid.add_row(escape(_where(spot)), escape(code if len(code) <= 40 else code[:39] + "…"),
+                     escape(spot.function), duration(spot.total_s), f"{spot.total_s / scope_s:.1%}" if scope_s else "")
+    return grid
+
+
+def _hotspot_table(title: str, rows: List[Hotspot], scope: str) -> Table:
+    grid = table(title, ("function", "file:line or library", "self CPU", "total CPU", f"self, % of {scope}"))
+    grid.columns[0].min_width = _NAME_WIDTH // 2
+    grid.columns[1].justify = "left"
+    for spot in rows:
+        grid.add_row(escape(short_function(spot.function)), escape(_where(spot)), duration(spot.self_s),
+                     duration(spot.total_s), f"{spot.share:.1%}")
+    return grid
+
+
+def _render_hotspots(summary: Summary, console: Console, verbose: bool,
+                     instrumentation: Optional[Instrumentation]) -> None:
+    """Sampled CPU time: the top functions of the collected training, of each step loop's step (every task
+    with ``verbose``), and outside collection."""
+    sampling = summary.sampling
+    if sampling is None:
+        return
+    # a notebook's lines are those of its program (its code cells as one Python file)
+    sources = {f.relative: f.program or f.path for f in instrumentation.files} if instrumentation is not None else {}
+    if not sampling.get("samples"):
+        reasons = "; ".join(sampling.get("reasons") or []) or "no sample was taken"
+        console.print(f"[yellow]note:[/yellow] no CPU-time samples: {reasons}")
+        return
+    rows = summary.hotspots if verbose else summary.hotspots[:_TOP_HOTSPOTS]
+    if rows:
+        console.print(_hotspot_table(
+            f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
+            f"({sampling['rate_hz']} samples a second of each thread's CPU time)", rows, "it"))
+    lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_IN_TASK]
+    if lines:
+        console.print(_lines_table("Your code: its lines by CPU time sampled while they ran (what they call "
+                                   "included)", lines, sampling.get("collected_cpu_s") or 0, sources))
+    # a step loop's own list, unless it would repeat the run's (one step loop with nearly all the CPU time)
+    steps = {step.label for step in summary.steps}
+    collected = sampling.get("collected_cpu_s") or 0
+    by_task = sampling.get("cpu_s_by_task") or {}
+    if len(steps) == 1 and collected and by_task.get(next(iter(steps)), 0) >= 0.9 * collected:
+        steps = set()
+    for task, spots in summary.hotspots_by_task.items():
+        if spots and (verbose or task in steps):
+            console.print(_hotspot_table(f"Top functions in `{task}`", spots if verbose else spots[:_TOP_IN_TASK],
+                                         f"`{task}`'s CPU time"))
+    outside = summary.hotspots_outside if verbose else summary.hotspots_outside[:_TOP_IN_TASK]
+    outside_cpu = sampling.get("outside_cpu_s") or 0
+    if summary.hotspot_lines_outside:
+        console.print(_lines_table(
+            f"Outside collection (start-up, imports, data preparation, after the last pause: "
+            f"{duration(outside_cpu)} of CPU time): your lines", summary.hotspot_lines_outside[:_TOP_IN_TASK],
+            outside_cpu, sources))
+    if outside:
+        console.print("  most CPU time of their own outside collection: " + ", ".join(
+            f"{escape(short_function(spot.function, 40))} ({escape(_where(spot))}) {duration(spot.self_s)}"
+            for spot in outside[:3 if not verbose else len(outside)]))
+    for reason in sampling.get("reasons") or []:
+        console.print(f"[yellow]note:[/yellow] sampling: {reason}")
 
 
 def _render_ranks(summary: Summary, console: Console) -> None:

@@ -1,0 +1,119 @@
+"""Hotspots: sampled CPU time per function, over the run and per task, from resolved stacks.
+
+Input is what :mod:`.stacks` makes of the collector's samples: a table of
+unique stacks (tuples of :class:`Frame`, outermost first: Python frames on
+the script's own lines, native frames by library and symbol) and, per
+sample, its stack and the task it belongs to. Each sample stands for one
+sampling period of its thread's CPU time. A function's self time is the
+samples with it as the leaf; its total time is the samples with it anywhere
+in the stack (counted once per sample, however deep the recursion).
+
+Output: :class:`~instrumenter.summary.Hotspot` rows, and folded stacks
+(``frame;frame;frame count`` lines, the format flame-graph tools and
+speedscope read).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..summary import Hotspot
+
+#: Rows of each hotspot list kept in the summary.
+TOP = 15
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a stack: a Python function at a line of a file, or a native function in a library."""
+
+    function: str
+    file: Optional[str] = None      # Python: the (original) file
+    line: Optional[int] = None      # Python: the line executing
+    library: Optional[str] = None   # native: the library's file name (libtorch_cpu.so, [anon] for JIT code)
+    #: a line of the profiled project's own files (the script, its local modules)
+    own: bool = False
+
+    def label(self) -> str:
+        """As a flame graph shows it: ``train (train.py:43)``, ``at::native::add [libtorch_cpu.so]``."""
+        if self.file is not None:
+            return f"{self.function} ({self.file}:{self.line})"
+        return f"{self.function} [{self.library}]" if self.library else self.function
+
+    @property
+    def where(self) -> Tuple[Optional[str], Optional[str]]:
+        return self.file, self.library
+
+
+def tally(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]]) -> Tuple[Counter, Counter, int]:
+    """Self and total samples per frame (a Python frame per line, a native one per function) from
+    ``(stack index, samples)`` pairs; and the samples in all."""
+    self_count: Counter = Counter()
+    total_count: Counter = Counter()
+    samples = 0
+    for stack, count in counts:
+        frames = stacks[stack]
+        samples += count
+        if not frames:
+            continue
+        self_count[frames[-1]] += count
+        for frame in set(frames):
+            total_count[frame] += count
+    return self_count, total_count, samples
+
+
+def top(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
+        limit: int = TOP) -> List[Hotspot]:
+    """The ``limit`` frames with the most self time (then total), as summary rows; shares are of the
+    samples counted. Frames in every sample with no time of their own (``_start``, ``main``, the
+    interpreter's entry) say nothing and are left out."""
+    self_count, total_count, samples = tally(stacks, counts)
+    telling = [f for f in total_count if self_count[f] or total_count[f] < samples]
+    ranked = sorted(telling, key=lambda f: (-self_count[f], -total_count[f], f.label()))[:limit]
+    return _rows(ranked, self_count, total_count, samples, period_s)
+
+
+def own_lines(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
+              limit: int = TOP) -> List[Hotspot]:
+    """The lines of the project's own files with the most total time (what the line runs, inside
+    libraries included): where in their own code the time goes, for people who can only change that."""
+    self_count, total_count, samples = tally(stacks, counts)
+    ranked = sorted((f for f in total_count if f.own), key=lambda f: (-total_count[f], f.label()))[:limit]
+    return _rows(ranked, self_count, total_count, samples, period_s)
+
+
+def _rows(frames, self_count: Counter, total_count: Counter, samples: int, period_s: float) -> List[Hotspot]:
+    return [Hotspot(function=f.function, file=f.file, line=f.line, library=f.library,
+                    self_s=self_count[f] * period_s, total_s=total_count[f] * period_s,
+                    share=self_count[f] / samples if samples else 0.0) for f in frames]
+
+
+def counts_of(stack_ids: np.ndarray) -> List[Tuple[int, int]]:
+    """``(stack index, samples)`` for the samples whose stacks are ``stack_ids``."""
+    unique, count = np.unique(stack_ids, return_counts=True)
+    return list(zip(unique.tolist(), count.tolist()))
+
+
+def by_key(stack_ids: np.ndarray, keys: np.ndarray, names: Sequence[str], stacks: Sequence[Tuple[Frame, ...]],
+           period_s: float, limit: int = TOP) -> Dict[str, List[Hotspot]]:
+    """Per key (``keys[i]`` indexes ``names``; -1: none), the top frames of its samples."""
+    result: Dict[str, List[Hotspot]] = {}
+    for key in np.unique(keys[keys >= 0]).tolist():
+        result[names[key]] = top(stacks, counts_of(stack_ids[keys == key]), period_s, limit)
+    return result
+
+
+def folded(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]],
+           prefix: Sequence[str] = ()) -> Iterator[str]:
+    """Folded stack lines (``a;b;c 12``); ``;`` inside a frame's label becomes ``:``, as the format has no
+    escape."""
+    merged: Counter = Counter()
+    for stack, count in counts:
+        merged[";".join([*prefix, *(f.label().replace(";", ":") for f in stacks[stack])])] += count
+    for line, count in sorted(merged.items()):
+        if line:
+            yield f"{line} {count}"

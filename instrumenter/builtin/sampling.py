@@ -1,0 +1,156 @@
+"""A run's CPU-time samples, summarized: hotspots over the collected training, per task, and outside collection.
+
+Input: each process's ``samples-<pid>.bin`` (:mod:`.samplefile`), the traces'
+names of domains and string handles (a sample's tasks are their pointers),
+and the instrumentation (the project's files, the own domains). Output: the
+summary's ``sampling``, ``hotspots``, ``hotspots_by_task`` and
+``hotspots_outside``, and the folded stacks of ``hotspots.folded``.
+
+A sample belongs to the innermost own task of its thread (step, epoch,
+evaluation, the loops), or, on a thread without one (an OpenMP or oneDNN
+worker), to the one open in its process then (*inherited*). Besides the own
+regions, ``hotspots_by_task`` has the :data:`TASKS` other tasks (operators)
+with the most samples, by their innermost task. A sample taken while
+collection was paused is outside collection: start-up, imports, data
+preparation, what runs after the last pause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..instrumentation import Instrumentation
+from ..summary import Hotspot
+from . import hotspots
+from .samplefile import SampleFile
+from .stacks import Resolver
+
+#: Tasks other than the own regions given their own hotspot list: the most sampled ones.
+TASKS = 10
+#: The outside-collection list is short.
+OUTSIDE = 8
+
+
+@dataclass
+class Sampled:
+    """What the samples give the summary, and the folded stacks."""
+
+    info: Dict[str, object]
+    hotspots: List[Hotspot] = field(default_factory=list)
+    lines: List[Hotspot] = field(default_factory=list)
+    by_task: Dict[str, List[Hotspot]] = field(default_factory=dict)
+    outside: List[Hotspot] = field(default_factory=list)
+    outside_lines: List[Hotspot] = field(default_factory=list)
+    folded: List[str] = field(default_factory=list)
+
+
+def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[int, str], Dict[int, str]]],
+                      instrumentation: Optional[Instrumentation], own_domains: Iterable[str]) -> Optional[Sampled]:
+    """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples."""
+    if not files:
+        return None
+    resolver = Resolver(instrumentation)
+    own = set(own_domains)
+    stacks: List[Tuple[hotspots.Frame, ...]] = []
+    parts = []
+    period_ns = 0
+    regions: Dict[Optional[str], int] = {}
+    tasks: Dict[Optional[str], int] = {}
+    for samples in files:
+        period_ns = period_ns or samples.period_ns
+        if not len(samples):
+            continue
+        offset = len(stacks)
+        stacks.extend(resolver.stacks(samples))
+        domains, strings = names.get(samples.pid, ({}, {}))
+        region = _task_keys(samples.autoitt_domain, samples.autoitt_name, domains, strings, own, regions)
+        task = _task_keys(samples.task_domain, samples.task_name, domains, strings, None, tasks)
+        weight = samples.weight.astype(np.int64)
+        parts.append((samples.stack.astype(np.int64) + offset, weight, samples.paused, region, task))
+    period_s = (period_ns or 1_000_000) / 1e9
+    info = _info(files, period_s)
+    if not parts:
+        return Sampled(info)
+    stack = np.concatenate([p[0] for p in parts])
+    weight = np.concatenate([p[1] for p in parts])
+    paused = np.concatenate([p[2] for p in parts])
+    region_key = np.concatenate([p[3] for p in parts])
+    task_key = np.concatenate([p[4] for p in parts])
+    region_names, task_names = list(regions), list(tasks)
+    inside = ~paused
+    info.update(collected_cpu_s=float(weight[inside].sum()) * period_s,
+                outside_cpu_s=float(weight[paused].sum()) * period_s)
+    result = Sampled(info)
+    collected = _counts(stack[inside], weight[inside])
+    result.hotspots = hotspots.top(stacks, collected, period_s)
+    result.lines = hotspots.own_lines(stacks, collected, period_s)
+    uncollected = _counts(stack[paused], weight[paused])
+    result.outside = hotspots.top(stacks, uncollected, period_s, OUTSIDE)
+    result.outside_lines = hotspots.own_lines(stacks, uncollected, period_s, OUTSIDE)
+    by_task_cpu: Dict[str, float] = {}
+    for key, name in enumerate(region_names):
+        chosen = inside & (region_key == key)
+        if name and name not in result.by_task:
+            result.by_task[name] = hotspots.top(stacks, _counts(stack[chosen], weight[chosen]), period_s)
+            by_task_cpu[name] = float(weight[chosen].sum()) * period_s
+    info["cpu_s_by_task"] = by_task_cpu
+    others = inside & ~np.isin(task_key, [k for k, n in enumerate(task_names) if n in result.by_task or not n])
+    ranked = np.bincount(task_key[others], weights=weight[others], minlength=len(task_names))
+    for key in np.argsort(-ranked, kind="stable")[:TASKS].tolist():
+        if ranked[key] > 0:
+            chosen = inside & (task_key == key)
+            result.by_task[task_names[key]] = hotspots.top(stacks, _counts(stack[chosen], weight[chosen]), period_s)
+    result.folded = list(_folded(stacks, stack, weight, paused, region_key, region_names))
+    return result
+
+
+def _task_keys(domain_ptrs: np.ndarray, name_ptrs: np.ndarray, domains: Dict[int, str], strings: Dict[int, str],
+               own: Optional[set], names: Dict[Optional[str], int]) -> np.ndarray:
+    """Each sample's task as an index into ``names`` (task name -> index, grown here; None: no task, or not
+    one of ``own``'s domains when given)."""
+    if not len(name_ptrs):
+        return np.zeros(0, np.int64)
+    pairs, inverse = np.unique(np.stack([domain_ptrs, name_ptrs], axis=1), axis=0, return_inverse=True)
+    lut = []
+    for d, n in pairs.tolist():
+        name = strings.get(n) if n else None
+        if own is not None and domains.get(d) not in own:
+            name = None
+        lut.append(names.setdefault(name, len(names)))
+    return np.asarray(lut, np.int64)[inverse.reshape(-1)]
+
+
+def _counts(stack: np.ndarray, weight: np.ndarray) -> List[Tuple[int, int]]:
+    if not len(stack):
+        return []
+    unique, inverse = np.unique(stack, return_inverse=True)
+    return list(zip(unique.tolist(), np.bincount(inverse, weights=weight).astype(np.int64).tolist()))
+
+
+def _folded(stacks, stack: np.ndarray, weight: np.ndarray, paused: np.ndarray, region_key: np.ndarray,
+            region_names: List[Optional[str]]) -> Iterator[str]:
+    """Folded stacks, each under a root frame saying where it ran: ``[outside collection]`` or the own
+    region (``[step]``), so a flame graph splits by task first."""
+    if paused.any():
+        yield from hotspots.folded(stacks, _counts(stack[paused], weight[paused]), ("[outside collection]",))
+    for key, name in enumerate(region_names):
+        chosen = (region_key == key) & ~paused
+        if chosen.any():
+            yield from hotspots.folded(stacks, _counts(stack[chosen], weight[chosen]), (f"[{name or 'no region'}]",))
+
+
+def _info(files: Sequence[SampleFile], period_s: float) -> Dict[str, object]:
+    reasons = sorted({r for f in files for r in f.reasons})
+    return {
+        "rate_hz": max((f.rate_hz for f in files), default=0),
+        "mechanism": next((f.mechanism for f in files if f.mechanism != "none"), "none"),
+        "python_frames": next((f.python for f in files if f.python != "none"), "none"),
+        "samples": int(sum(len(f) for f in files)),
+        "dropped": int(sum(f.dropped for f in files)),
+        "processes": len(files),
+        "reasons": reasons,
+        "period_s": period_s,
+    }

@@ -1,0 +1,111 @@
+"""From a process's samples (:mod:`.samplefile`) to stacks of hotspot frames (:class:`.hotspots.Frame`).
+
+Python frames already name the original script's file and lines: the
+launcher compiles each copy under its original's name with the original's
+line numbers, so the markers' code shows as the line it was inserted at and
+never as a line of its own. Here, frames of autoitt's own Python (the
+launcher, the copies' runtime) and of ``runpy`` are dropped; a file of the
+profiled project is named as the project names it (``train.py``,
+``models/net.py``), a library's from its package (``torch/nn/modules/
+module.py``); native frames are named by :mod:`.symbols`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ..instrumentation import Instrumentation
+from .hotspots import Frame
+from .samplefile import SampleFile
+from .symbols import Symbolizer
+
+#: autoitt's own Python: the launcher and the copies' runtime.
+_OWN = str(Path(__file__).resolve().parent.parent) + os.sep
+_HIDDEN = ("<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+_PACKAGES = ("site-packages", "dist-packages")
+
+
+class Resolver:
+    """Names frames for one run: the project's files by their relative names."""
+
+    def __init__(self, instrumentation: Optional[Instrumentation]) -> None:
+        self.project: Dict[str, str] = {}
+        if instrumentation is not None:
+            for record in instrumentation.files:
+                self.project[os.path.realpath(record.path)] = record.relative
+                if record.program:
+                    self.project[os.path.realpath(record.program)] = record.relative
+        self.own_names = set(self.project.values())
+        self._names: Dict[str, Optional[str]] = {}
+
+    def file_name(self, filename: str) -> Optional[str]:
+        """How a Python file is shown; ``None``: a frame of autoitt's own, hidden."""
+        found = self._names.get(filename, "")
+        if found != "":
+            return found
+        if filename in _HIDDEN or filename.startswith(_OWN):
+            found = None
+        else:
+            real = os.path.realpath(filename) if filename.startswith("/") else filename
+            found = self.project.get(real) or _short(filename)
+            if real.startswith(_OWN):
+                found = None
+        self._names[filename] = found
+        return found
+
+    def stacks(self, samples: SampleFile) -> List[Tuple[Frame, ...]]:
+        """Each of the file's distinct stacks as frames, outermost first."""
+        symbolizer = Symbolizer.for_file(samples)
+        native: Dict[int, Frame] = {}
+        python: Dict[Tuple[int, Optional[int]], Optional[Frame]] = {}
+        resolved = []
+        for stack in samples.stacks:
+            frames = []
+            for frame in stack:
+                if frame[0] == "py":
+                    key = (frame[1], frame[2])
+                    if key not in python:
+                        python[key] = self._python(samples, frame[1], frame[2])
+                    found = python[key]
+                else:
+                    found = native.get(frame[1])
+                    if found is None:
+                        found = native[frame[1]] = _native(symbolizer, frame[1])
+                if found is not None:
+                    frames.append(found)
+            resolved.append(tuple(frames))
+        return resolved
+
+    def _python(self, samples: SampleFile, code_id: int, line: Optional[int]) -> Optional[Frame]:
+        code = samples.codes.get(code_id)
+        if code is None:
+            return Frame(function=f"<code {code_id}>", file="?", line=line)
+        name = self.file_name(code.filename)
+        if name is None:
+            return None
+        return Frame(function=code.qualname, file=name, line=line, own=name in self.own_names)
+
+
+#: Code in no file (JIT-compiled kernels: oneDNN's, XLA's): one frame for all of it, as its addresses mean
+#: nothing from one run to the next.
+ANONYMOUS = Frame(function="[JIT or anonymous code]", library="[anon]")
+
+
+def _native(symbolizer: Symbolizer, address: int) -> Frame:
+    symbol = symbolizer.lookup(address)
+    if symbol.library == "[anon]" and not symbol.name:
+        return ANONYMOUS
+    return Frame(function=symbol.text(), library=symbol.library or "?")
+
+
+def _short(filename: str) -> str:
+    """A library file from its package on: ``.../site-packages/torch/nn/module.py`` -> ``torch/nn/module.py``."""
+    parts = Path(filename).parts
+    for marker in _PACKAGES:
+        if marker in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    if "lib" in parts and len(parts) > 2 and parts[-2].startswith("python"):
+        return parts[-1]  # the standard library
+    return filename

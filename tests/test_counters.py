@@ -1,0 +1,82 @@
+"""Counters per task: the process's CPU time, page faults, context switches and hardware counts while each
+of autoitt's own tasks ran (instrumenter/builtin/counters.py, the trace format's Counters).
+
+Trace files written by hand (tests/trace_writer.py) with recorded counter
+values: this is how the hardware path is tested on a machine whose PMU cannot
+be read (hardware counters are "not supported" in these VMs). The collector's
+side is tested on a real run in tests/test_sampling.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from instrumenter.builtin.aggregate import aggregate
+from instrumenter.builtin.counters import counter_notes, task_counters
+from instrumenter.builtin.intervals import Keep
+from instrumenter.builtin.scan import scan_trace_dir
+from instrumenter.builtin.tracefile import (KIND_BEGIN, KIND_COUNTERS, KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE,
+                                            KIND_HARDWARE2, KIND_NOTE, KIND_STRING_NAME, RECORD)
+from tests.trace_writer import TraceWriter, name_record
+
+OWN = "autoitt.train"
+
+
+def _write(path, hardware=False, steps=4, note=None):
+    writer = TraceWriter(path / "itt-100.bin")
+    domain, step = writer.pointer(KIND_DOMAIN_NAME, OWN), writer.pointer(KIND_STRING_NAME, "step")
+    if note:
+        writer.names += name_record(KIND_NOTE, 0, note)
+    rows = []
+    for i in range(steps):
+        start = 1_000_000 * i
+        rows.append((KIND_BEGIN, 0, 0, 0, start, domain, step))
+        rows.append((KIND_END, 0, 0, 0, start + 500_000, domain, 0))
+        # 0.9 ms of CPU in 0.5 ms of wall time (two threads), 3 page faults, 2 context switches
+        rows.append((KIND_COUNTERS, 0, 2, 3, start + 500_000, 900_000, step))
+        if hardware:
+            rows.append((KIND_HARDWARE, 0, 0, 0, start + 500_000, 2_000_000, 3_000_000))
+            rows.append((KIND_HARDWARE2, 0, 0, 0, start + 500_000, 6_000, 1_500))
+    writer.records(100, np.array(rows, dtype=RECORD))
+    writer.close()
+
+
+def _read(path):
+    scans, _ = scan_trace_dir(path)
+    traces = [trace for trace, _ in scans]
+    found = aggregate(scans, [OWN], Keep(), start_paused=False, step_labels=["step"])
+    return traces, found
+
+
+def test_counters_add_up_per_task_with_cpu_utilization_over_wall_time(tmp_path):
+    _write(tmp_path)
+    traces, found = _read(tmp_path)
+    step = task_counters(traces, found, [OWN])["step"]
+    assert (step["count"], step["page_faults"], step["context_switches"]) == (4, 12, 8)
+    assert step["cpu_s"] == pytest.approx(0.0036) and step["wall_s"] == pytest.approx(0.002)
+    assert step["cpu_utilization"] == pytest.approx(1.8)
+    assert "ipc" not in step
+
+
+def test_recorded_hardware_counts_give_ipc_and_misses_per_thousand_instructions(tmp_path):
+    _write(tmp_path, hardware=True)
+    traces, found = _read(tmp_path)
+    step = task_counters(traces, found, [OWN])["step"]
+    assert step["ipc"] == pytest.approx(1.5)
+    assert step["cache_misses_per_kilo_instruction"] == pytest.approx(2.0)
+    assert step["branch_misses_per_kilo_instruction"] == pytest.approx(0.5)
+
+
+def test_counters_records_leave_the_task_statistics_alone(tmp_path):
+    _write(tmp_path, hardware=True)
+    _, found = _read(tmp_path)
+    (group,) = [g for g, (d, n) in enumerate(found.groups) if n == "step"]
+    assert int(found.count[group]) == 4 and int(found.sum_ns[group]) == 2_000_000
+    assert found.events == 8
+
+
+def test_the_collectors_note_on_hardware_counters_is_kept(tmp_path):
+    _write(tmp_path, note="hardware counters: perf_event_open(cycles) failed: not supported")
+    traces, _ = _read(tmp_path)
+    assert counter_notes(traces) == ["hardware counters: perf_event_open(cycles) failed: not supported"]

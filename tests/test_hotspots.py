@@ -1,0 +1,120 @@
+"""Hotspots from samples (instrumenter/builtin/hotspots.py, sampling.py, stacks.py).
+
+Samples built by hand, as a samples file gives them: what self and total
+time are, how samples are attributed to tasks and to time outside
+collection, how frames are named, and the folded stacks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from instrumenter.builtin import hotspots
+from instrumenter.builtin.hotspots import Frame
+from instrumenter.builtin.samplefile import F_INHERITED, F_PAUSED, Code, SampleFile
+from instrumenter.builtin.sampling import summarize_samples
+from instrumenter.builtin.stacks import Resolver
+from instrumenter.instrumentation import FileRecord, Instrumentation
+from transforms import LineMap
+
+MAIN = Frame("main", "train.py", 10)
+STEP = Frame("train_step", "train.py", 20)
+CONV = Frame("at::native::conv", library="libtorch_cpu.so")
+ADD = Frame("at::native::add", library="libtorch_cpu.so")
+
+
+def test_self_time_is_the_leaf_and_total_time_any_frame_of_the_stack():
+    stacks = [(MAIN, STEP, CONV), (MAIN, STEP, ADD), (MAIN, STEP)]
+    rows = hotspots.top(stacks, [(0, 6), (1, 3), (2, 1)], period_s=0.001)
+    by_name = {row.function: row for row in rows}
+    assert by_name["at::native::conv"].self_s == 0.006 and by_name["at::native::conv"].share == 0.6
+    assert by_name["train_step"].self_s == 0.001 and by_name["train_step"].total_s == 0.010
+    assert [row.function for row in rows][:2] == ["at::native::conv", "at::native::add"]
+
+
+def test_a_recursive_function_counts_once_per_sample_in_its_total():
+    stacks = [(MAIN, STEP, STEP, STEP), (MAIN, CONV)]
+    rows = {row.function: row for row in hotspots.top(stacks, [(0, 4), (1, 1)], period_s=0.001)}
+    assert (rows["train_step"].self_s, rows["train_step"].total_s) == (0.004, 0.004)
+
+
+def test_frames_in_every_sample_without_time_of_their_own_are_left_out():
+    rows = hotspots.top([(MAIN, STEP, CONV), (MAIN, ADD)], [(0, 2), (1, 1)], period_s=0.001)
+    assert [row.function for row in rows] == ["at::native::conv", "at::native::add", "train_step"]
+
+
+def test_folded_stacks_have_one_line_per_stack_with_its_count():
+    lines = list(hotspots.folded([(MAIN, CONV), (MAIN, Frame("a;b", library="x.so"))], [(0, 2), (1, 1)], ("[step]",)))
+    assert lines == ["[step];main (train.py:10);a:b [x.so] 1", "[step];main (train.py:10);at::native::conv "
+                     "[libtorch_cpu.so] 2"]
+
+
+def _instrumentation(tmp_path):
+    record = FileRecord(path=str(tmp_path / "train.py"), relative="train.py", module=None, runs=None,
+                        outcome="instrumented", domain="autoitt.train", own_domains=(), step_labels=("step",),
+                        runtime=(), sha256="", regions=(), line_map=LineMap.identity(30))
+    return Instrumentation(script="train.py", start_paused=True, files=(record,))
+
+
+def _samples(tmp_path, rows):
+    """rows: (python stack as (code id, line) pairs, flags, task name pointer, autoitt name pointer)."""
+    stacks = sorted({tuple(r[0]) for r in rows})
+    codes = {1: Code(str(tmp_path / "train.py"), "main", 1, b""), 2: Code(str(tmp_path / "train.py"), "train_step",
+                                                                          15, b""),
+             3: Code("/usr/lib/python3.11/site-packages/torch/optim/adam.py", "Adam.step", 100, b"")}
+    n = len(rows)
+    return SampleFile(
+        path=tmp_path / "samples-7.bin", pid=7, ppid=1, forked=False, rate_hz=1000, period_ns=1_000_000,
+        mechanism="perf", python="frames",
+        ns=np.arange(n, dtype=np.uint64), tid=np.full(n, 7, np.uint32),
+        stack=np.array([stacks.index(tuple(r[0])) for r in rows], np.int32),
+        flags=np.array([r[1] for r in rows], np.uint32), weight=np.ones(n, np.uint32),
+        task_domain=np.array([100 if r[2] else 0 for r in rows], np.uint64),
+        task_name=np.array([r[2] for r in rows], np.uint64),
+        autoitt_domain=np.array([100 if r[3] else 0 for r in rows], np.uint64),
+        autoitt_name=np.array([r[3] for r in rows], np.uint64),
+        native_stacks=[() for _ in stacks],
+        python_stacks=[tuple((c, line, i == 0) for i, (c, line) in enumerate(s)) for s in stacks],
+        codes=codes)
+
+
+NAMES = {7: ({100: "autoitt.train"}, {201: "step", 202: "epoch"})}
+
+
+def test_samples_belong_to_their_region_and_paused_ones_are_outside_collection(tmp_path):
+    rows = ([([(1, 3), (2, 16)], 0, 201, 201)] * 5 + [([(1, 3), (2, 17)], F_INHERITED, 0, 201)] * 2
+            + [([(1, 5)], 0, 202, 202)] * 3 + [([(1, 2)], F_PAUSED, 0, 0)] * 4)
+    found = summarize_samples([_samples(tmp_path, rows)], NAMES, _instrumentation(tmp_path), ["autoitt.train"])
+    assert found.info["samples"] == 14 and found.info["collected_cpu_s"] == 0.010
+    step = {(row.function, row.line): row.self_s for row in found.by_task["step"]}
+    assert step == {("train_step", 16): 0.005, ("train_step", 17): 0.002}  # main: in every sample, no self
+    assert [(row.function, row.line) for row in found.outside] == [("main", 2)]
+    assert [(row.function, row.line) for row in found.hotspots][:2] == [("train_step", 16), ("main", 5)]
+
+
+def test_folded_stacks_are_rooted_at_their_region(tmp_path):
+    rows = [([(1, 3), (2, 16)], 0, 201, 201)] * 2 + [([(1, 2)], F_PAUSED, 0, 0)]
+    found = summarize_samples([_samples(tmp_path, rows)], NAMES, _instrumentation(tmp_path), ["autoitt.train"])
+    assert found.folded == ["[outside collection];main (train.py:2) 1",
+                            "[step];main (train.py:3);train_step (train.py:16) 2"]
+
+
+def test_project_files_are_named_as_the_project_names_them_and_libraries_from_their_package(tmp_path):
+    resolver = Resolver(_instrumentation(tmp_path))
+    assert resolver.file_name(str(tmp_path / "train.py")) == "train.py"
+    assert resolver.file_name("/venv/lib/python3.11/site-packages/torch/optim/adam.py") == "torch/optim/adam.py"
+    assert resolver.file_name("/usr/lib/python3.11/threading.py") == "threading.py"
+
+
+def test_autoitts_own_frames_are_hidden(tmp_path):
+    import instrumenter.collection
+    import instrumenter.launch.__main__ as launcher
+
+    resolver = Resolver(_instrumentation(tmp_path))
+    assert resolver.file_name(instrumenter.collection.__file__) is None
+    assert resolver.file_name(launcher.__file__) is None
+    assert resolver.file_name("<frozen runpy>") is None
+
+
+def test_no_samples_file_gives_no_sampling_summary():
+    assert summarize_samples([], {}, None, []) is None
