@@ -1,4 +1,4 @@
-# Two commands do all set-up on a fresh machine (Python 3.9+ with venv):
+# Two commands do all set-up on a fresh machine (Python 3.10+ with venv):
 #   make demo   profile the PyTorch sample (instrument, run with the built-in ITT collector, summarize)
 #   make test   run the whole test suite
 # Both create .venv and install autoitt with its test extra on first use.
