@@ -80,3 +80,33 @@ def test_the_collectors_note_on_hardware_counters_is_kept(tmp_path):
     _write(tmp_path, note="hardware counters: perf_event_open(cycles) failed: not supported")
     traces, _ = _read(tmp_path)
     assert counter_notes(traces) == ["hardware counters: perf_event_open(cycles) failed: not supported"]
+
+
+COUNTED_STEPS = """
+import time, ittapi.compat as itt
+own = itt.domain_create("autoitt.train")
+itt.resume()
+for i in range(6):
+    itt.task_begin(own, "step")
+    block = bytearray(8 << 20)  # 8 MiB touched: about 2000 page faults
+    end = time.process_time() + 0.005
+    while time.process_time() < end:
+        pass
+    itt.task_end(own)
+for i in range(20000):  # steps of a microsecond: counted one a millisecond
+    itt.task_begin(own, "tiny")
+    itt.task_end(own)
+"""
+
+
+def test_a_real_run_counts_cpu_time_and_page_faults_per_step_and_samples_tiny_steps(tmp_path):
+    from tests.test_collector import run_target
+
+    _, traces = run_target(tmp_path, COUNTED_STEPS, AUTOITT_SAMPLE_HZ="0", AUTOITT_OWN_DOMAINS=OWN)
+    found_traces, found = _read(traces)
+    counted = task_counters(found_traces, found, [OWN])
+    step, tiny = counted["step"], counted["tiny"]
+    assert step["count"] == 6
+    assert step["cpu_s"] >= 6 * 0.005 and 0.5 <= step["cpu_utilization"] <= 1.5  # one busy thread
+    assert step["page_faults_per_instance"] >= 1000
+    assert 1 <= tiny["count"] < 20000 / 5

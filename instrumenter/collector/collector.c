@@ -212,6 +212,8 @@ typedef struct tbuf {
     struct task_ref { uint64_t domain, name; } tasks[64];
     /* counters hook: at each open own task, what the process had counted when it began (counters.h) */
     struct own_counts { uint64_t cpu_ns, faults, switches, hw[4]; } counts[64];
+    uint64_t counted_at[64];         /* counters.h: when an own task at each depth was last counted (ns) */
+    uint64_t counting;               /* counters.h: bit d: the open own task at depth d is counted */
     _Alignas(64) unsigned char data[BUF_BYTES]; /* data[0..CHDR) is room for a chunk header */
 } tbuf;
 #define TASK_STACK 64
@@ -829,6 +831,7 @@ static __attribute__((noinline)) tbuf *attach_thread(void)
     b->depth = 0;
     b->task_depth = 0; /* sampler hook */
     b->task_epoch = atomic_load(&g_task_epoch);
+    b->counting = 0; /* counters.h: a reused buffer's open tasks are not this thread's */
     atomic_store(&b->pos, CHDR);
     char name[17] = {0};
     if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0])
@@ -1109,6 +1112,7 @@ static void fork_child(void)
         b->agg = NULL; /* the parent's counts stay the parent's (the copy is left, not freed, here) */
         b->start = CHDR;
         b->task_depth = 0; /* sampler hook: the child's file has none of the parent's begins */
+        b->counting = 0;
         atomic_store(&b->pos, CHDR);
     }
     t_buf = NULL; /* this thread attaches again, with its new tid, at its next event */
