@@ -229,7 +229,6 @@ def main() -> None:
         runs = results[rate]
         ratios = [r["median_ms"] / b["median_ms"] for r, b in zip(runs, base)]
         cpu_ratios = [r["cpu_ms"] / b["cpu_ms"] for r, b in zip(runs, base)]
-        samples = sum(r["samples"] for r in runs)
         handler = sum(r["handler_ns"] for r in runs) / max(sum(r["all_samples"] for r in runs), 1)
         extra = [(r["cpu_ms"] - b["cpu_ms"]) * len(r["step"]) / r["samples"] * 1e6
                  for r, b in zip(runs, base) if r["samples"]]
