@@ -118,3 +118,40 @@ def test_autoitts_own_frames_are_hidden(tmp_path):
 
 def test_no_samples_file_gives_no_sampling_summary():
     assert summarize_samples([], {}, None, []) is None
+
+
+CONV_NET = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                            torch.nn.Conv2d(16, 16, 3), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                            torch.nn.Linear(16 * 14 * 14, 10))
+optimizer = torch.optim.Adam(model.parameters())
+x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+for step in range(40):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_counters(tmp_path):
+    import json
+
+    from tests.test_profile import autoitt
+
+    (tmp_path / "train.py").write_text(CONV_NET)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["sampling"]["samples"] > 100 and summary["sampling"]["mechanism"] in ("perf", "timer")
+    libraries = {row["library"] for row in summary["hotspots"]}
+    assert libraries & {"libtorch_cpu.so", "[anon]"}, summary["hotspots"]
+    lines = {(row["file"], row["line"]) for row in summary["hotspot_lines"]}
+    assert ("train.py", 12) in lines or ("train.py", 13) in lines  # the forward or the backward line
+    assert summary["hotspots_by_task"]["step"]
+    assert ("train.py", 2) in {(row["file"], row["line"]) for row in summary["hotspot_lines_outside"]}  # import
+    step = summary["counters"]["step"]
+    assert step["count"] == 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
+    assert (tmp_path / "out" / "hotspots.folded").read_text().count("[step];") > 10
