@@ -190,8 +190,15 @@ def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
         """)
     (tmp_path / "train.py").write_text(script)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out",
-                   "--launcher", f"{torchrun} --standalone --nproc_per_node 2", "train.py", cwd=tmp_path)
+    for attempt in range(2):
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out",
+                       "--launcher", f"{torchrun} --standalone --nproc_per_node 2", "train.py", cwd=tmp_path)
+        # Even with the lines above, a loaded machine still saw that abort at exit once in five full suite
+        # runs (after both ranks trained and wrote their traces): pytorch#179291, not autoitt's. One more
+        # run then; any other failure fails at once.
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert _steps(summary) == [("step", 8)]
