@@ -92,8 +92,9 @@ trace_limit_option = click.option(
 
 verbose_option = click.option(
     "-v", "--verbose", is_flag=True,
-    help="Show every table: the tasks of each domain (autoitt's regions, PyTorch's, oneDNN's) and all top "
-         "operators. Without it the summary is one screen: steps, phases, top operators, notes.")
+    help="Show every table: the tasks of each domain (autoitt's regions, PyTorch's, oneDNN's), all top "
+         "operators, every task's hotspots. Without it the summary is one screen: steps, phases, top operators, "
+         "hotspots, notes.")
 
 
 def sample_rate(text: str) -> int:
