@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -43,10 +43,6 @@ class Frame:
         if self.file is not None:
             return f"{self.function} ({self.file}:{self.line})"
         return f"{self.function} [{self.library}]" if self.library else self.function
-
-    @property
-    def where(self) -> Tuple[Optional[str], Optional[str]]:
-        return self.file, self.library
 
 
 def tally(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]]) -> Tuple[Counter, Counter, int]:
@@ -92,19 +88,12 @@ def _rows(frames, self_count: Counter, total_count: Counter, samples: int, perio
                     share=self_count[f] / samples if samples else 0.0) for f in frames]
 
 
-def counts_of(stack_ids: np.ndarray) -> List[Tuple[int, int]]:
-    """``(stack index, samples)`` for the samples whose stacks are ``stack_ids``."""
-    unique, count = np.unique(stack_ids, return_counts=True)
-    return list(zip(unique.tolist(), count.tolist()))
-
-
-def by_key(stack_ids: np.ndarray, keys: np.ndarray, names: Sequence[str], stacks: Sequence[Tuple[Frame, ...]],
-           period_s: float, limit: int = TOP) -> Dict[str, List[Hotspot]]:
-    """Per key (``keys[i]`` indexes ``names``; -1: none), the top frames of its samples."""
-    result: Dict[str, List[Hotspot]] = {}
-    for key in np.unique(keys[keys >= 0]).tolist():
-        result[names[key]] = top(stacks, counts_of(stack_ids[keys == key]), period_s, limit)
-    return result
+def counts_of(stack_ids: np.ndarray, weights: np.ndarray) -> List[Tuple[int, int]]:
+    """``(stack index, samples)`` for samples whose stacks are ``stack_ids``, each standing for ``weights`` periods."""
+    if not len(stack_ids):
+        return []
+    unique, inverse = np.unique(stack_ids, return_inverse=True)
+    return list(zip(unique.tolist(), np.bincount(inverse, weights=weights).astype(np.int64).tolist()))
 
 
 def folded(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]],

@@ -250,13 +250,13 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
         console.print(_hotspot_table(
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
             f"({sampling['rate_hz']} samples a second of each thread's CPU time)", rows, "it"))
+    collected = sampling.get("collected_cpu_s") or 0
     lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_IN_TASK]
     if lines:
         console.print(_lines_table("Your code: its lines by CPU time sampled while they ran (what they call "
-                                   "included)", lines, sampling.get("collected_cpu_s") or 0, sources))
+                                   "included)", lines, collected, sources))
     # a step loop's own list, unless it would repeat the run's (one step loop with nearly all the CPU time)
     steps = {step.label for step in summary.steps}
-    collected = sampling.get("collected_cpu_s") or 0
     by_task = sampling.get("cpu_s_by_task") or {}
     if len(steps) == 1 and collected and by_task.get(next(iter(steps)), 0) >= 0.9 * collected:
         steps = set()
@@ -264,17 +264,17 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
         if spots and (verbose or task in steps):
             console.print(_hotspot_table(f"Top functions in `{task}`", spots if verbose else spots[:_TOP_IN_TASK],
                                          f"`{task}`'s CPU time"))
-    outside = summary.hotspots_outside if verbose else summary.hotspots_outside[:_TOP_IN_TASK]
     outside_cpu = sampling.get("outside_cpu_s") or 0
     if summary.hotspot_lines_outside:
         console.print(_lines_table(
             f"Outside collection (start-up, imports, data preparation, after the last pause: "
             f"{duration(outside_cpu)} of CPU time): your lines", summary.hotspot_lines_outside[:_TOP_IN_TASK],
             outside_cpu, sources))
+    outside = summary.hotspots_outside if verbose else summary.hotspots_outside[:3]
     if outside:
         console.print("  most CPU time of their own outside collection: " + ", ".join(
             f"{escape(short_function(spot.function, 40))} ({escape(_where(spot))}) {duration(spot.self_s)}"
-            for spot in outside[:3 if not verbose else len(outside)]))
+            for spot in outside))
     for reason in sampling.get("reasons") or []:
         console.print(f"[yellow]note:[/yellow] sampling: {reason}")
 

@@ -18,7 +18,7 @@ preparation, what runs after the last pause.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -84,26 +84,31 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     info.update(collected_cpu_s=float(weight[inside].sum()) * period_s,
                 outside_cpu_s=float(weight[paused].sum()) * period_s)
     result = Sampled(info)
-    collected = _counts(stack[inside], weight[inside])
+    def counts(chosen: np.ndarray) -> List[Tuple[int, int]]:
+        return hotspots.counts_of(stack[chosen], weight[chosen])
+
+    collected = counts(inside)
     result.hotspots = hotspots.top(stacks, collected, period_s)
     result.lines = hotspots.own_lines(stacks, collected, period_s)
-    uncollected = _counts(stack[paused], weight[paused])
+    uncollected = counts(paused)
     result.outside = hotspots.top(stacks, uncollected, period_s, OUTSIDE)
     result.outside_lines = hotspots.own_lines(stacks, uncollected, period_s, OUTSIDE)
+    # folded stacks under a root frame saying where they ran, so a flame graph splits by task first
+    result.folded = list(hotspots.folded(stacks, uncollected, ("[outside collection]",)))
     by_task_cpu: Dict[str, float] = {}
     for key, name in enumerate(region_names):
         chosen = inside & (region_key == key)
-        if name and name not in result.by_task:
-            result.by_task[name] = hotspots.top(stacks, _counts(stack[chosen], weight[chosen]), period_s)
+        in_region = counts(chosen)
+        result.folded.extend(hotspots.folded(stacks, in_region, (f"[{name or 'no region'}]",)))
+        if name:
+            result.by_task[name] = hotspots.top(stacks, in_region, period_s)
             by_task_cpu[name] = float(weight[chosen].sum()) * period_s
     info["cpu_s_by_task"] = by_task_cpu
     others = inside & ~np.isin(task_key, [k for k, n in enumerate(task_names) if n in result.by_task or not n])
     ranked = np.bincount(task_key[others], weights=weight[others], minlength=len(task_names))
     for key in np.argsort(-ranked, kind="stable")[:TASKS].tolist():
         if ranked[key] > 0:
-            chosen = inside & (task_key == key)
-            result.by_task[task_names[key]] = hotspots.top(stacks, _counts(stack[chosen], weight[chosen]), period_s)
-    result.folded = list(_folded(stacks, stack, weight, paused, region_key, region_names))
+            result.by_task[task_names[key]] = hotspots.top(stacks, counts(inside & (task_key == key)), period_s)
     return result
 
 
@@ -121,25 +126,6 @@ def _task_keys(domain_ptrs: np.ndarray, name_ptrs: np.ndarray, domains: Dict[int
             name = None
         lut.append(names.setdefault(name, len(names)))
     return np.asarray(lut, np.int64)[inverse.reshape(-1)]
-
-
-def _counts(stack: np.ndarray, weight: np.ndarray) -> List[Tuple[int, int]]:
-    if not len(stack):
-        return []
-    unique, inverse = np.unique(stack, return_inverse=True)
-    return list(zip(unique.tolist(), np.bincount(inverse, weights=weight).astype(np.int64).tolist()))
-
-
-def _folded(stacks, stack: np.ndarray, weight: np.ndarray, paused: np.ndarray, region_key: np.ndarray,
-            region_names: List[Optional[str]]) -> Iterator[str]:
-    """Folded stacks, each under a root frame saying where it ran: ``[outside collection]`` or the own
-    region (``[step]``), so a flame graph splits by task first."""
-    if paused.any():
-        yield from hotspots.folded(stacks, _counts(stack[paused], weight[paused]), ("[outside collection]",))
-    for key, name in enumerate(region_names):
-        chosen = (region_key == key) & ~paused
-        if chosen.any():
-            yield from hotspots.folded(stacks, _counts(stack[chosen], weight[chosen]), (f"[{name or 'no region'}]",))
 
 
 def _info(files: Sequence[SampleFile], period_s: float) -> Dict[str, object]:
