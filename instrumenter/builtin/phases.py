@@ -135,18 +135,19 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     operators = by_category[[FORWARD, BACKWARD, OPTIMIZER]]
     python = step_time - float(by_category.sum())
     rest = float(by_category[[OTHER_OPS, STEP, OWN]].sum())
+    spans = _step_spans(tasks, chosen)
     if operators.any():
         nanoseconds.update(forward=float(by_category[FORWARD]), backward=float(by_category[BACKWARD]),
                            optimizer=float(by_category[OPTIMIZER]), other_ops=rest)
     else:
         # no operator task on the steps' threads: the framework's work on its own threads (TensorFlow's
         # oneDNN primitives), while the step waited for it, is the step's compute
-        elsewhere = _covered_elsewhere(tasks, thread, categories, chosen)
+        elsewhere = _covered_elsewhere(tasks, thread, categories, chosen, spans)
         elsewhere = min(elsewhere, max(python, 0.0))
         nanoseconds["compute"] = rest + elsewhere
         python -= elsewhere
     nanoseconds["python"] = max(python, 0.0)
-    created = _inside_steps(tasks, chosen, creation[tasks.group])
+    created = _inside_steps(tasks, spans, creation[tasks.group])
     return Measured(len(chosen), {name: int(round(ns)) for name, ns in nanoseconds.items()},
                     int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()))
 
@@ -167,21 +168,26 @@ def _parent_start(begin, finish, depth, chosen) -> np.ndarray:
     return result
 
 
-def _spans_of(tasks: Intervals, chosen: np.ndarray, pid: int) -> Tuple[np.ndarray, np.ndarray]:
-    mine = chosen[tasks.pid[chosen] == pid]
-    return merged(tasks.start[mine].tolist(), tasks.end[mine].tolist())
+def _step_spans(tasks: Intervals, chosen: np.ndarray) -> Dict[int, Tuple[np.ndarray, np.ndarray]]:
+    """Per process, the chosen steps' spans, merged."""
+    spans = {}
+    for pid in np.unique(tasks.pid[chosen]).tolist():
+        mine = chosen[tasks.pid[chosen] == pid]
+        spans[pid] = merged(tasks.start[mine].tolist(), tasks.end[mine].tolist())
+    return spans
 
 
-def _covered_elsewhere(tasks: Intervals, thread: np.ndarray, categories: np.ndarray, chosen: np.ndarray) -> float:
-    """The chosen steps' time during which a framework task ran on another thread of their process."""
+def _covered_elsewhere(tasks: Intervals, thread: np.ndarray, categories: np.ndarray, chosen: np.ndarray,
+                       spans: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> float:
+    """The chosen steps' time (``spans``, per process) during which a framework task ran on another thread of
+    their process."""
     step_threads = np.unique(thread[chosen])
     total = 0.0
-    for pid in np.unique(tasks.pid[chosen]).tolist():
+    for pid, steps in spans.items():
         other = (tasks.pid == pid) & ~np.isin(thread, step_threads) & (categories != OWN) & (categories != STEP)
         if not other.any():
             continue
         busy = merged(tasks.start[other].tolist(), tasks.end[other].tolist())
-        steps = _spans_of(tasks, chosen, pid)
         total += _overlap(busy, steps)
     return total
 
@@ -199,11 +205,12 @@ def _overlap(a: Tuple[np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray])
     return float((before(b[1]) - before(b[0])).sum())
 
 
-def _inside_steps(tasks: Intervals, chosen: np.ndarray, selected: np.ndarray) -> np.ndarray:
-    """Which of the ``selected`` instances began inside one of the chosen steps of their process."""
+def _inside_steps(tasks: Intervals, spans: Dict[int, Tuple[np.ndarray, np.ndarray]],
+                  selected: np.ndarray) -> np.ndarray:
+    """Which of the ``selected`` instances began inside one of the steps of their process (``spans``)."""
     inside = np.zeros(len(tasks), np.bool_)
-    for pid in np.unique(tasks.pid[chosen]).tolist():
+    for pid, steps in spans.items():
         mine = np.flatnonzero(selected & (tasks.pid == pid))
         if len(mine):
-            inside[mine] = overlapping(_spans_of(tasks, chosen, pid), tasks.start[mine], tasks.start[mine])
+            inside[mine] = overlapping(steps, tasks.start[mine], tasks.start[mine])
     return inside
