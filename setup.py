@@ -14,10 +14,10 @@ setup(
     ext_modules=[
         Extension(
             "instrumenter._collector",
-            # collector.c includes tasks.h, sampler.c and unwind.c (they share its statics); pyframes.c is built
+            # collector.c includes tasks.h, sampler.c, hooks.c and unwind.c (they share its statics); pyframes.c is built
             # against the interpreter's own (internal) headers
             sources=["instrumenter/collector/collector.c", "instrumenter/collector/pyframes.c"],
-            depends=["instrumenter/collector/sampler.c", "instrumenter/collector/unwind.c",
+            depends=["instrumenter/collector/sampler.c", "instrumenter/collector/unwind.c", "instrumenter/collector/hooks.c",
                      "instrumenter/collector/tasks.h", "instrumenter/collector/pyframes.h",
                      "instrumenter/collector/counters.h"],
             extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],

@@ -392,21 +392,6 @@ def test_with_no_way_to_sample_the_reason_is_recorded_and_the_trace_is_unaffecte
     assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
 
 
-def test_a_program_that_takes_over_the_sampling_signal_stops_sampling_with_a_reason(tmp_path):
-    done, traces = run_target(tmp_path, script("""
-        import signal, ittapi.compat as itt
-        itt.resume()
-        busy(0.1)
-        signal.signal(signal.SIGURG, lambda *a: None)
-        busy(0.2)
-        print("done")
-    """))
-    assert done.stdout == "done\n"
-    sf = only_samples(traces)
-    assert sf.mechanism == "none" and "installed its own handler for signal 23" in sf.reason
-    assert 40 <= len(sf) < 180
-
-
 # --------------------------------------------------------------------------- processes
 
 

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -317,6 +318,68 @@ static int table_put(str_table *t, char *key, void *val)
     return 1;
 }
 
+/* The collector's descriptors (its files, the sampler's perf events) stay out of the low numbers that
+ * the program's open() hands out (the lowest free one), so the program's descriptors are numbered as
+ * without us and its limit on open files is not used up by ours:
+ *  - where the hard limit on open files (RLIMIT_NOFILE) is above the soft one, at or above the soft
+ *    limit, where the program's own open() never reaches, and which its limit does not count (it bounds
+ *    fd numbers, not how many are open);
+ *  - otherwise, when the limit is large (>= FD_LARGE), in its top eighth (at most FD_TOP of them, and
+ *    below 65536): a program meets them only after opening that many files;
+ *  - otherwise (a small limit, `ulimit -n 160`) perf events get none (the sampler uses timers), and the
+ *    collector's two files go among the limit's top 16 numbers, counted against it.
+ * Set at load, from the limits then. */
+#define FD_LARGE 512
+#define FD_TOP 1024
+#define FD_ROOM_MAX 65536
+static int s_fd_base = -1;                  /* our descriptors go at or above it */
+static int s_fd_room;                       /* how many fit there */
+
+static void fd_room_init(void)
+{
+    struct rlimit rl;
+    s_fd_base = -1;
+    s_fd_room = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t soft = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30) ? (1u << 30) : rl.rlim_cur;
+    rlim_t above = rl.rlim_max == RLIM_INFINITY ? FD_ROOM_MAX : rl.rlim_max > soft ? rl.rlim_max - soft : 0;
+    if (above >= 64 && soft < (1u << 20)) {
+        s_fd_base = (int)soft;
+        s_fd_room = above > FD_ROOM_MAX ? FD_ROOM_MAX : (int)above;
+    } else if (soft >= FD_LARGE) {
+        rlim_t room = soft / 8 < FD_TOP ? soft / 8 : FD_TOP;
+        rlim_t top = soft < 65536 ? soft : 65536;
+        s_fd_base = (int)(top - room);
+        s_fd_room = (int)room;
+    }
+}
+
+/* Moves fd into that room: above the soft limit, the soft limit is raised for the moment of one fcntl
+ * (the program could see it in that moment only), then put back.  Returns the new descriptor; where
+ * there is no room, -1 when `must` (the low one closed), else fd itself. */
+static int fd_out_of_the_way(int fd, int must)
+{
+    if (fd < 0 || (s_fd_base >= 0 && fd >= s_fd_base)) return fd;
+    int moved = -1;
+    struct rlimit rl, raised;
+    if (s_fd_base >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        raised = rl;
+        rlim_t top = (rlim_t)s_fd_base + (rlim_t)s_fd_room;
+        if (raised.rlim_cur <= (rlim_t)s_fd_base) raised.rlim_cur = top;
+        if ((raised.rlim_max == RLIM_INFINITY || raised.rlim_cur <= raised.rlim_max)
+            && (raised.rlim_cur == rl.rlim_cur || setrlimit(RLIMIT_NOFILE, &raised) == 0)) {
+            moved = fcntl(fd, F_DUPFD_CLOEXEC, s_fd_base);
+            if (raised.rlim_cur != rl.rlim_cur) setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+    if (moved >= 0 && moved - s_fd_base >= s_fd_room) { close(moved); moved = -1; }
+    if (moved < 0 && !must && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 64 && rl.rlim_cur <= INT_MAX)
+        moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)rl.rlim_cur - 16); /* a small limit: its top, counted against it */
+    if (moved < 0 && !must) return fd;
+    close(fd);
+    return moved;
+}
+
 static void mkdirs(const char *dir)
 {
     char tmp[PATH_MAX];
@@ -388,7 +451,7 @@ static int open_file_locked(void)
     char path[sizeof g_dir + 32];
     mkdirs(g_dir);
     snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, g_pid);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    fd = fd_out_of_the_way(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644), 0);
     if (fd < 0) {
         fprintf(stderr, "autoitt collector: cannot write %s: %s; recording nothing\n", path,
                 strerror(errno));
@@ -839,6 +902,7 @@ static __attribute__((noinline)) tbuf *attach_thread(void)
     pthread_mutex_unlock(&g_mutex);
     t_buf = b;
     if (g_key_ok) pthread_setspecific(g_key, b);
+    sampler_thread_attached(); /* sampler hook */
     return b;
 }
 
@@ -1244,6 +1308,7 @@ __attribute__((constructor)) static void collector_load(void)
         if (getcwd(cwd, sizeof cwd)) snprintf(g_dir, sizeof g_dir, "%s/%s", cwd, dir);
         else snprintf(g_dir, sizeof g_dir, "%s", dir);
     }
+    fd_room_init();
     g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);

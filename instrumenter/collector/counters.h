@@ -24,6 +24,7 @@ static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, 
 static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t a, uint64_t b);
 static char *register_name_locked(uint8_t kind, const void *ptr, const char *name);
 static inline uint64_t now_ns(int clock);
+static int fd_out_of_the_way(int fd, int must);
 
 /* collector_load: the process's hardware counters, user mode, every thread (inherit). */
 static void counters_load(void)
@@ -52,7 +53,7 @@ static void counters_load(void)
             for (int k = 0; k < i; k++) { close(g_hw_fd[k]); g_hw_fd[k] = -1; }
             return;
         }
-        g_hw_fd[i] = fd;
+        g_hw_fd[i] = fd_out_of_the_way(fd, 0);
     }
     g_hw_ok = 1;
 }

@@ -73,6 +73,8 @@ static _Atomic uint32_t g_next_id = 1;
 static _Atomic int g_filling;           /* handlers filling a slot in right now */
 static unsigned char *g_arena;
 static _Atomic size_t g_arena_used;
+static _Atomic int g_vm_refused;        /* process_vm_readv refused: checked reads probe pages instead */
+static _Atomic pid_t g_pid_now;         /* for process_vm_readv (0: look it up) */
 
 #if PYF_BUILT
 static PyThreadState *(*p_this_tstate)(void);
@@ -157,19 +159,27 @@ int pyframes_code_get(uint32_t id, pyframes_code *out)
 
 #if PYF_BUILT
 
-/* A str's characters as UTF-8 into out (at most cap bytes, whole characters); its length. */
+static int probe_read(const void *src, void *dst, size_t n);
+
+/* A str's characters as UTF-8 into out (at most cap bytes, whole characters); its length.  Every byte
+   is read through checked copies: the string may belong to a code object being freed. */
 static uint32_t copy_str(PyObject *o, unsigned char *out, uint32_t cap)
 {
-    if (!o || ((uintptr_t)o & 7) || Py_TYPE(o) != p_unicode_type) return 0;
-    PyASCIIObject *a = (PyASCIIObject *)o;
+    PyUnicodeObject head;
+    if (!o || ((uintptr_t)o & 7) || !probe_read(o, &head, sizeof head) || Py_TYPE(&head) != p_unicode_type) return 0;
+    PyASCIIObject *a = (PyASCIIObject *)&head;
     Py_ssize_t len = a->length;
     unsigned kind = a->state.kind;
-    const void *data;
-    if (a->state.compact && a->state.ascii) data = a + 1;
-    else if (a->state.compact) data = (PyCompactUnicodeObject *)o + 1;
-    else if (a->state.ready) data = ((PyUnicodeObject *)o)->data.any;
+    const void *where;
+    if (a->state.compact && a->state.ascii) where = (PyASCIIObject *)o + 1;
+    else if (a->state.compact) where = (PyCompactUnicodeObject *)o + 1;
+    else if (a->state.ready) where = head.data.any;
     else return 0;
-    if (!data || len < 0) return 0;
+    if (!where || len < 0 || (kind != 1 && kind != 2 && kind != 4)) return 0;
+    if (len > (Py_ssize_t)cap) len = cap; /* a character is at least one byte of out */
+    unsigned char raw[4 * NAME_CAP];
+    if (!probe_read(where, raw, (size_t)len * kind)) return 0;
+    const void *data = raw;
     uint32_t n = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         uint32_t c = kind == 1 ? ((const uint8_t *)data)[i] : kind == 2 ? ((const uint16_t *)data)[i]
@@ -188,7 +198,7 @@ static uint32_t copy_str(PyObject *o, unsigned char *out, uint32_t cap)
 }
 
 /* Fills a claimed slot: copies the names and line table, then gives the id (0: no room). */
-static uint32_t code_fill(code_slot *s, PyCodeObject *co, int32_t firstlineno, uintptr_t filename, uintptr_t qualname,
+static uint32_t code_fill(code_slot *s, const PyCodeObject *co, int32_t firstlineno, uintptr_t filename, uintptr_t qualname,
                           uintptr_t linetable)
 {
     s->firstlineno = firstlineno;
@@ -198,8 +208,10 @@ static uint32_t code_fill(code_slot *s, PyCodeObject *co, int32_t firstlineno, u
     /* the copies: names, then the line table, in one piece of the arena */
     uint32_t lt_len = 0;
     PyObject *lt = co->co_linetable;
-    if (lt && !((uintptr_t)lt & 7) && Py_TYPE(lt) == p_bytes_type && Py_SIZE(lt) >= 0)
-        lt_len = Py_SIZE(lt) > (Py_ssize_t)LINETABLE_CAP ? 0 : (uint32_t)Py_SIZE(lt);
+    PyBytesObject lt_head;
+    if (lt && !((uintptr_t)lt & 7) && probe_read(lt, &lt_head, offsetof(PyBytesObject, ob_sval))
+        && Py_TYPE(&lt_head) == p_bytes_type && Py_SIZE(&lt_head) >= 0)
+        lt_len = Py_SIZE(&lt_head) > (Py_ssize_t)LINETABLE_CAP ? 0 : (uint32_t)Py_SIZE(&lt_head);
     size_t need = 2 * NAME_CAP + lt_len;
     size_t offset = atomic_fetch_add(&g_arena_used, need);
     if (offset + need > ARENA_BYTES) return 0; /* the slot stays claimed, without id: never matched */
@@ -207,7 +219,8 @@ static uint32_t code_fill(code_slot *s, PyCodeObject *co, int32_t firstlineno, u
     s->offset = (uint32_t)offset;
     s->filename_len = copy_str(co->co_filename, dst, NAME_CAP);
     s->qualname_len = copy_str(co->co_qualname, dst + s->filename_len, NAME_CAP);
-    if (lt_len) memcpy(dst + s->filename_len + s->qualname_len, ((PyBytesObject *)lt)->ob_sval, lt_len);
+    if (lt_len && !probe_read(((PyBytesObject *)lt)->ob_sval, dst + s->filename_len + s->qualname_len, lt_len))
+        lt_len = 0;
     s->linetable_len = lt_len;
     uint32_t id = atomic_fetch_add(&g_next_id, 1);
     if (id > CODE_SLOTS) return 0;
@@ -216,13 +229,14 @@ static uint32_t code_fill(code_slot *s, PyCodeObject *co, int32_t firstlineno, u
     return id;
 }
 
-/* The code object's id; 0 when it cannot have one now (being filled in by another thread, or no room). */
-static uint32_t code_id(PyCodeObject *co)
+/* The code object's id; 0 when it cannot have one now (being filled in by another thread, or no room).
+   Its fields are read from view (co itself, or a checked copy of it). */
+static uint32_t code_id(PyCodeObject *co, const PyCodeObject *view)
 {
     uintptr_t key = (uintptr_t)co;
-    uintptr_t filename = (uintptr_t)co->co_filename, qualname = (uintptr_t)co->co_qualname;
-    uintptr_t linetable = (uintptr_t)co->co_linetable;
-    int32_t firstlineno = co->co_firstlineno;
+    uintptr_t filename = (uintptr_t)view->co_filename, qualname = (uintptr_t)view->co_qualname;
+    uintptr_t linetable = (uintptr_t)view->co_linetable;
+    int32_t firstlineno = view->co_firstlineno;
     uint32_t h = (uint32_t)((key >> 4) * 0x9E3779B97F4A7C15ull >> 40);
     for (uint32_t probe = 0; probe < 64; probe++) {
         code_slot *s = &g_slots[(h + probe) & (CODE_SLOTS - 1)];
@@ -235,7 +249,7 @@ static uint32_t code_id(PyCodeObject *co)
                 if (expected != key) continue;
                 return 0; /* another thread claimed it for this code object just now */
             }
-            uint32_t id = code_fill(s, co, firstlineno, filename, qualname, linetable);
+            uint32_t id = code_fill(s, view, firstlineno, filename, qualname, linetable);
             atomic_fetch_sub(&g_filling, 1);
             return id;
         }
@@ -252,6 +266,7 @@ static uint32_t code_id(PyCodeObject *co)
 
 void pyframes_fork_child(void)
 {
+    atomic_store(&g_pid_now, 0);
     /* a slot another thread was filling when the process forked stays claimed without id for good:
        the child has that thread no more, so free it */
     if (!g_slots || atomic_load(&g_filling) == 0) return;
@@ -260,11 +275,40 @@ void pyframes_fork_child(void)
     atomic_store(&g_filling, 0);
 }
 
-/* Copies n bytes from src, or fails (EFAULT) where they are not mapped: a read that cannot crash. */
+/* Checked reads: a copy that fails instead of faulting where src is not mapped.  process_vm_readv on
+ * ourselves (one system call, EFAULT or a short count where unmapped); where it is refused (Docker's
+ * default seccomp profile refuses it without CAP_SYS_PTRACE before kernel 4.8, ptrace policies), each
+ * page is probed with rt_sigprocmask given a bad `how`, which copies 8 bytes from its `set` argument
+ * first (EFAULT: unreadable) and then refuses (EINVAL) without changing the mask, and the bytes are
+ * copied.  Both are system calls: async-signal-safe, no descriptor. */
+static int page_readable(uintptr_t page)
+{
+    return syscall(SYS_rt_sigprocmask, 0x7fffffff, (void *)page, NULL, (size_t)8) != 0 && errno == EINVAL;
+}
+
 static int probe_read(const void *src, void *dst, size_t n)
 {
-    struct iovec local = {dst, n}, remote = {(void *)(uintptr_t)src, n};
-    return syscall(SYS_process_vm_readv, (pid_t)syscall(SYS_getpid), &local, 1, &remote, 1, 0) == (ssize_t)n;
+    uintptr_t a = (uintptr_t)src;
+    if (n == 0) return 1;
+    if (a < 4096 || a >= ((uintptr_t)1 << 47) || n > ((uintptr_t)1 << 47) - a) return 0;
+    if (!atomic_load_explicit(&g_vm_refused, memory_order_relaxed)) {
+        pid_t pid = atomic_load_explicit(&g_pid_now, memory_order_relaxed);
+        if (!pid) atomic_store(&g_pid_now, pid = (pid_t)syscall(SYS_getpid));
+        struct iovec local = {dst, n}, remote = {(void *)a, n};
+        int saved = errno;
+        ssize_t r = syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0);
+        int e = errno;
+        errno = saved;
+        if (r == (ssize_t)n) return 1;
+        if (r >= 0 || (e != EPERM && e != ENOSYS && e != EACCES)) return 0;
+        atomic_store(&g_vm_refused, 1);
+    }
+    int saved = errno;
+    int ok = 1;
+    for (uintptr_t page = a & ~(uintptr_t)4095; ok && page < a + n; page += 4096) ok = page_readable(page);
+    errno = saved;
+    if (ok) memcpy(dst, src, n);
+    return ok;
 }
 
 /* Whether f can be read: in one of the thread's data-stack chunks, or a generator's frame.  A frame
@@ -290,16 +334,27 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
     if (!ts || ((uintptr_t)ts & 7)) return 0;
     _PyCFrame *cframe = ts->cframe;
     if (!cframe || ((uintptr_t)cframe & 7)) return 0;
-    int n = 0;
+    int n = 0, first = 1;
     for (_PyInterpreterFrame *f = cframe->current_frame; f; f = f->previous) {
         if (n == max) { *flags |= PYW_TRUNCATED; break; }
         if (!frame_readable(ts, f)) { *flags |= PYW_INVALID; break; }
         PyCodeObject *co = f->f_code;
-        if (!co || ((uintptr_t)co & 7) || Py_TYPE(co) != p_code_type) { *flags |= PYW_INVALID; break; }
+        if (!co || ((uintptr_t)co & 7)) { *flags |= PYW_INVALID; break; }
+        /* Every frame holds a reference to its code object but the innermost one, which may be in
+           _PyFrame_Clear: its f_code released (maybe freed) before current_frame moves on.  So its code
+           object is read through a checked copy; the outer ones are alive. */
+        PyCodeObject copy;
+        const PyCodeObject *view = co;
+        if (first) {
+            if (!probe_read(co, &copy, offsetof(PyCodeObject, co_code_adaptive))) { *flags |= PYW_INVALID; break; }
+            view = &copy;
+        }
+        first = 0;
+        if (Py_TYPE(view) != p_code_type) { *flags |= PYW_INVALID; break; }
         if (_PyFrame_IsIncomplete(f)) continue;
         intptr_t lasti = f->prev_instr - _PyCode_CODE(co);
-        if (lasti < -1 || lasti >= Py_SIZE(co)) lasti = -1;
-        uint32_t id = code_id(co);
+        if (lasti < -1 || lasti >= Py_SIZE(view)) lasti = -1;
+        uint32_t id = code_id(co, view);
         if (!id) *flags |= PYW_UNKNOWN_CODE;
         out[n++] = (uint64_t)id << 32 | (uint32_t)((lasti + 1) << 1) | (f->is_entry ? 1u : 0u);
     }

@@ -67,6 +67,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <ucontext.h>
 
 #include "pyframes.h"
@@ -81,7 +82,6 @@
 #define S_MAX_THREADS 4096
 #define S_SCAN_NS 50000000ull      /* the scanner's period; in a forked child: */
 #define S_SCAN_CHILD_NS 20000000ull /* (it usually ends with _exit: what it has not drained is lost) */
-#define S_DL_CHECK 10             /* dlopen/dlclose checked every this many scans */
 #define S_MAX_HZ 20000
 #define S_STATS_NS 1000000000ull  /* counts are rewritten at most once a second */
 
@@ -94,7 +94,8 @@ enum { SM_NONE = 0, SM_PERF = 1, SM_TIMER = 2 };
 #define SF_DETACHED 2u
 #define SF_INHERITED 4u
 #define SF_TASKS_OVERFLOW 8u
-#define SF_NO_STACK_MAP 16u
+#define SF_NO_STACK_MAP 16u    /* rsp was outside the thread's stack: the interrupted instruction only */
+#define SF_UNLOADING 32u       /* a library was being unloaded: the interrupted instruction only */
 #define SF_UW_SHIFT 8
 #define SF_PY_SHIFT 12
 
@@ -127,7 +128,8 @@ typedef struct sthread {
     timer_t timer;
     uint64_t freed_ns;             /* when it stopped being used (reused 1 s later) */
     _Atomic(tbuf *) tb;            /* the thread's trace buffer (scanner links it) */
-    uintptr_t stack_lo, stack_hi;  /* the thread's stack mapping as last found (handler) */
+    int ready;                     /* its slot in h_ready_threads (hooks.c): altstack and stack bounds */
+    uint32_t cache_gen;            /* uw_generation when its unwind caches were last valid (handler) */
     _Atomic uint32_t head;         /* slots written (handler) */
     _Atomic uint32_t tail;         /* slots drained (scanner) */
     _Atomic uint64_t taken, dropped, handler_ticks;
@@ -150,7 +152,7 @@ static _Atomic uint32_t s_scanner_tid;
 static pthread_mutex_t s_mutex = PTHREAD_MUTEX_INITIALIZER;  /* all but the handler; before g_mutex */
 static pthread_mutex_t s_wait_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t s_wake;
-static _Atomic(sthread *) s_by_fd[S_FD_TABLE];
+static _Atomic(sthread *) s_by_fd[S_FD_TABLE];  /* by fd - s_fd_base (collector.c's fd_out_of_the_way) */
 static sthread *_Atomic s_threads[S_MAX_THREADS];
 static uint32_t s_nthreads, s_serial;
 static int s_fd = -1;
@@ -159,31 +161,19 @@ static char s_py_reason[320];
 static uint32_t s_py_version;
 static uint64_t s_eval_start, s_eval_size;
 static uint32_t s_codes_written = 1;  /* code ids below it are in the file */
-static _Atomic int s_maps_wanted;
 static uint64_t s_maps_ns, s_stats_ns;
+static uint32_t s_unready_said, s_rearmed;
 static unsigned long long s_dl_adds, s_dl_subs;
 static uint64_t s_maps_hash;
 static uint32_t s_maps_seq;
-static uw_maps *s_retired_maps[64];
-static int s_nretired;
+#define S_TIMER_MAGIC 0x41495454ull       /* "AITT": si_value of our timers, above the thread's index */
 
 /* (the own domains, the current own task and the tasks' pause epoch are in tasks.h) */
 
 /* ------------------------------------------------------------------------- */
 /* The signal handler.                                                       */
 
-static int s_stack_bounds(sthread *st, const uw_maps *maps, uintptr_t rsp, uw_bounds *b)
-{
-    if (!(rsp >= st->stack_lo && rsp < st->stack_hi)) {
-        const uw_map *m = uw_find_map(maps, rsp);
-        if (!m || !(m->flags & UWM_READ)) return 0;
-        st->stack_lo = (m->flags & UWM_STACK) ? m->start - (64u << 20) : m->start;
-        st->stack_hi = m->end;
-    }
-    b->lo = rsp;
-    b->hi = st->stack_hi;
-    return 1;
-}
+#include "hooks.c"
 
 static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
 {
@@ -231,19 +221,26 @@ static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
         }
     }
 
-    /* native frames */
+    /* native frames: never while a library is being unloaded (hooks.c), and only on the thread's own
+       stack, whose bounds the thread gave itself (JIT code may point rsp anywhere) */
     uint32_t uwf = 0;
-    int nn;
-    uw_bounds b;
+    int nn = 1;
+    s->native[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    uintptr_t rsp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    const h_ready *r = &h_ready_threads[st->ready];
     atomic_fetch_add(&uw_readers, 1);
-    const uw_maps *maps = atomic_load(&uw_current_maps);
-    if (s_stack_bounds(st, maps, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], &b)) {
-        nn = uw_backtrace(uc, &b, maps, &st->cache, s->native, S_MAX_NATIVE, &uwf);
+    if (atomic_load(&uw_closing) != 0) {
+        flags |= SF_UNLOADING;
+    } else if (rsp >= r->stack_lo && rsp < r->stack_hi) {
+        uint32_t gen = atomic_load_explicit(&uw_generation, memory_order_relaxed);
+        if (st->cache_gen != gen) { /* a library was unloaded since: nothing cached may point into it */
+            memset(&st->cache, 0, sizeof st->cache);
+            st->cache_gen = gen;
+        }
+        uw_bounds b = {rsp, r->stack_hi};
+        nn = uw_backtrace(uc, &b, &st->cache, s->native, S_MAX_NATIVE, &uwf);
     } else {
-        s->native[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-        nn = 1;
         flags |= SF_NO_STACK_MAP;
-        atomic_store_explicit(&s_maps_wanted, 1, memory_order_relaxed);
     }
     atomic_fetch_sub(&uw_readers, 1);
 
@@ -264,20 +261,30 @@ static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
 
 static void s_handler(int sig, siginfo_t *si, void *ucv)
 {
-    (void)sig;
     int saved_errno = errno;
     sthread *st = NULL;
     uint32_t weight = 1;
-    if (si->si_code == SI_TIMER) {
-        int i = si->si_value.sival_int;
-        if (i >= 0 && i < S_MAX_THREADS) st = atomic_load_explicit(&s_threads[i], memory_order_acquire);
+    int ours = 0;
+    if (si->si_code == SI_TIMER && ((uint64_t)(uintptr_t)si->si_value.sival_ptr >> 32) == S_TIMER_MAGIC) {
+        uint32_t i = (uint32_t)(uintptr_t)si->si_value.sival_ptr;
+        ours = 1;
+        if (i < S_MAX_THREADS) st = atomic_load_explicit(&s_threads[i], memory_order_acquire);
         if (st && si->si_overrun > 0) weight += (uint32_t)si->si_overrun;
-    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP) {
-        int fd = si->si_fd;
-        if (fd >= 0 && fd < S_FD_TABLE) st = atomic_load_explicit(&s_by_fd[fd], memory_order_acquire);
+    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && s_fd_base >= 0) {
+        int i = si->si_fd - s_fd_base;
+        if (i >= 0 && i < S_FD_TABLE) st = atomic_load_explicit(&s_by_fd[i], memory_order_acquire);
+        ours = st != NULL;
     }
-    /* anything else (a SIGURG from a socket, a kill) is ignored, as SIGURG's default action does */
-    if (st && atomic_load_explicit(&st->active, memory_order_acquire)) s_take(st, ucv, weight);
+    if (!ours) {
+        /* a kill, a socket's SIGURG, a timer of the program's: the program's action, as if it were installed */
+        errno = saved_errno;
+        h_forward(sig, si, ucv);
+        return;
+    }
+    /* a thread past its key's destructor (h_thread_gone) may have no altstack: not sampled */
+    if (st && atomic_load_explicit(&st->active, memory_order_acquire)
+        && h_still_ready(st->ready, st->tid))
+        s_take(st, ucv, weight);
     errno = saved_errno;
 }
 
@@ -354,7 +361,7 @@ static void s_open_file_locked(void)
     char path[sizeof g_dir + 40];
     mkdirs(g_dir);
     snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, g_pid);
-    s_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    s_fd = fd_out_of_the_way(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644), 0);
     if (s_fd < 0) {
         fprintf(stderr, "autoitt collector: cannot write %s: %s; no samples\n", path, strerror(errno));
         return;
@@ -428,51 +435,26 @@ static int s_parse_maps_line(const char *line, uintptr_t *start, uintptr_t *end,
     return 1;
 }
 
-static void s_retire_maps(void)
-{
-    if (s_nretired && atomic_load(&uw_readers) == 0) {
-        for (int i = 0; i < s_nretired; i++) free(s_retired_maps[i]);
-        s_nretired = 0;
-    }
-}
-
-/* Reads the map again: the unwinder's copy, and a MAPS record when the executable mappings changed. */
+/* Reads the map again: a MAPS record when the executable mappings changed (for the reader: the
+   handler uses no copy of the map). */
 static void s_refresh_maps_locked(void)
 {
     size_t len;
     char *text = s_read_maps(&len);
     if (!text) return;
-    size_t lines = 0;
-    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    uw_maps *maps = malloc(sizeof(uw_maps) + 2 * (lines + 1) * sizeof(uw_map));
     char *exec = malloc(len + 1);
     size_t exec_len = 0;
-    if (maps && exec) {
-        maps->n = 0;
+    if (exec) {
         for (char *line = text; *line;) {
             char *nl = strchr(line, '\n');
             size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
             uintptr_t start, end;
             uint32_t flags;
-            if (s_parse_maps_line(line, &start, &end, &flags)) {
-                if (maps->n < lines + 1) maps->m[maps->n++] = (uw_map){start, end, flags, 0};
-                if (flags & UWM_EXEC) { memcpy(exec + exec_len, line, n); exec_len += n; }
+            if (s_parse_maps_line(line, &start, &end, &flags) && (flags & UWM_EXEC)) {
+                memcpy(exec + exec_len, line, n);
+                exec_len += n;
             }
             line += n;
-        }
-        uw_map *code = maps->m + maps->n;
-        maps->ncode = 0;
-        for (size_t i = 0; i < maps->n; i++)
-            if ((maps->m[i].flags & (UWM_EXEC | UWM_FILE)) == (UWM_EXEC | UWM_FILE)) code[maps->ncode++] = maps->m[i];
-        maps->code = code;
-        uw_maps *old = atomic_exchange(&uw_current_maps, maps);
-        if (old) {
-            if (s_nretired == (int)(sizeof s_retired_maps / sizeof s_retired_maps[0])) {
-                while (atomic_load(&uw_readers) != 0) sched_yield();
-                for (int i = 0; i < s_nretired; i++) free(s_retired_maps[i]);
-                s_nretired = 0;
-            }
-            s_retired_maps[s_nretired++] = old;
         }
         uint64_t h = 1469598103934665603ull;
         for (size_t i = 0; i < exec_len; i++) h = (h ^ (unsigned char)exec[i]) * 1099511628211ull;
@@ -482,8 +464,6 @@ static void s_refresh_maps_locked(void)
             unsigned char *p = s_record(SR_MAPS, 8 + exec_len);
             if (p) { memcpy(p, head, 8); memcpy(p + 8, exec, exec_len); }
         }
-    } else {
-        free(maps);
     }
     free(exec);
     free(text);
@@ -564,7 +544,8 @@ static sthread *s_new_state_locked(uint32_t tid)
     st->in_use = 1;
     st->fd = -1;
     st->has_timer = 0;
-    st->stack_lo = st->stack_hi = 0;
+    st->ready = 0;
+    st->cache_gen = atomic_load(&uw_generation);
     atomic_store(&st->tb, NULL);
     atomic_store(&st->taken, 0);
     atomic_store(&st->dropped, 0);
@@ -587,6 +568,21 @@ static sthread *s_new_state_locked(uint32_t tid)
     return st;
 }
 
+/* A thread's name (comm), "?" if it cannot be read. */
+static void s_thread_name(uint32_t tid, char *name, size_t size)
+{
+    char path[64];
+    snprintf(name, size, "?");
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, name, size - 1);
+    close(fd);
+    if (n <= 0) { snprintf(name, size, "?"); return; }
+    name[n] = 0;
+    if (name[n - 1] == '\n') name[n - 1] = 0;
+}
+
 static int s_open_perf(sthread *st)
 {
     struct perf_event_attr a;
@@ -598,16 +594,18 @@ static int s_open_perf(sthread *st)
     a.exclude_kernel = 1;
     a.exclude_hv = 1;
     a.disabled = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &a, (pid_t)st->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) return -errno;
-    if (fd >= S_FD_TABLE) { close(fd); return -EMFILE; }
-    atomic_store(&s_by_fd[fd], st);
+    if (s_fd_base < 0) return -EMFILE;
+    int low = (int)syscall(SYS_perf_event_open, &a, (pid_t)st->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (low < 0) return -errno;
+    int fd = fd_out_of_the_way(low, 1);
+    if (fd < 0) return -EMFILE;
+    atomic_store(&s_by_fd[fd - s_fd_base], st);
     struct f_owner_ex owner = {F_OWNER_TID, (pid_t)st->tid};
     int flags = fcntl(fd, F_GETFL);
     if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, s_signal) != 0
         || fcntl(fd, F_SETFL, flags | O_ASYNC) != 0 || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
         int e = errno;
-        atomic_store(&s_by_fd[fd], NULL);
+        atomic_store(&s_by_fd[fd - s_fd_base], NULL);
         close(fd);
         return -e;
     }
@@ -621,7 +619,7 @@ static int s_open_timer(sthread *st)
     memset(&ev, 0, sizeof ev);
     ev.sigev_notify = SIGEV_THREAD_ID;
     ev.sigev_signo = s_signal;
-    ev.sigev_value.sival_int = (int)st->index;
+    ev.sigev_value.sival_ptr = (void *)(uintptr_t)(S_TIMER_MAGIC << 32 | st->index);
     ev._sigev_un._tid = (pid_t)st->tid;
     clockid_t clock = (clockid_t)((~(unsigned)st->tid << 3) | 6); /* the thread's CPU-time clock (CPUCLOCK_SCHED) */
     timer_t timer;
@@ -644,7 +642,7 @@ static void s_close_events(sthread *st)
 {
     atomic_store(&st->active, 0);
     if (st->fd >= 0) {
-        atomic_store(&s_by_fd[st->fd], NULL);
+        atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
         /* the program may have closed our descriptor (and reused its number): close only ours */
         char link[64], path[40];
         snprintf(path, sizeof path, "/proc/self/fd/%d", st->fd);
@@ -694,6 +692,17 @@ static void s_start_thread_locked(sthread *st)
     if (s_mechanism == SM_PERF) {
         int r = s_open_perf(st);
         if (r == 0) return;
+        if (r == -EMFILE && s_open_timer(st) == 0) { /* the room above the program's fd limit is full */
+            static int said;
+            if (!said) {
+                said = 1;
+                snprintf(reason, sizeof reason, "more threads than the %d descriptors above the program's limit on "
+                         "open files: the others are sampled with CPU-time timers (at most the kernel's tick rate)",
+                         s_fd_room);
+                s_reason_locked(reason);
+            }
+            return;
+        }
         if (r == -ESRCH || r == -EMFILE || r == -ENFILE || r == -ENOMEM) { atomic_store(&st->active, 0); return; }
         perf_error = -r;
         s_mechanism = SM_TIMER;
@@ -762,12 +771,14 @@ static void s_scan_locked(void)
         sthread *st = atomic_load(&s_threads[i]);
         if (!st->in_use) continue;
         int gone = !bsearch(&st->tid, tids, n, sizeof *tids, s_cmp_u32);
+        /* its ready slot freed (it ended, and maybe a new thread took its tid) */
+        if (!h_still_ready(st->ready, st->tid)) gone = 1;
         if (!gone && st->fd >= 0) {
             pfd.fd = st->fd;
             pfd.events = 0;
             pfd.revents = 0;
             if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLNVAL)) {
-                atomic_store(&s_by_fd[st->fd], NULL);
+                atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
                 st->fd = -1; /* not ours any more: never closed by us */
                 gone = 1;
             }
@@ -775,8 +786,13 @@ static void s_scan_locked(void)
         if (gone) s_free_state(st);
     }
 
-    /* new */
-    int fresh = 0;
+    /* new: only threads that made themselves ready (an altstack of their own, hooks.c); the others
+       are counted */
+    static uint32_t unready_before[256];
+    static uint32_t n_unready_before;
+    uint32_t unready_now[256], n_unready_now = 0, unready = 0;
+    char names[3][20] = {"", "", ""};
+    h_release_ended(tids, n, s_cmp_u32);
     for (size_t k = 0; k < n; k++) {
         if (tids[k] == self) continue;
         int known = 0;
@@ -785,12 +801,37 @@ static void s_scan_locked(void)
             known = st->in_use && st->tid == tids[k];
         }
         if (known) continue;
-        if (!fresh) { s_refresh_maps_locked(); fresh = 1; } /* its stack is in the unwinder's map first */
+        int ending;
+        int slot = h_ready_slot(tids[k], &ending);
+        if (ending) continue;
+        if (slot < 0) {
+            /* counted when still not ready at the next scan (a new thread makes itself ready as it starts) */
+            for (uint32_t i = 0; i < n_unready_before; i++) {
+                if (unready_before[i] != tids[k]) continue;
+                if (unready < 3) s_thread_name(tids[k], names[unready], sizeof names[0]);
+                unready++;
+            }
+            if (n_unready_now < 256) unready_now[n_unready_now++] = tids[k];
+            continue;
+        }
         sthread *st = s_new_state_locked(tids[k]);
         if (!st) continue;
+        st->ready = slot;
         if (s_mechanism != SM_NONE) s_start_thread_locked(st);
     }
     free(tids);
+    memcpy(unready_before, unready_now, n_unready_now * sizeof *unready_now);
+    n_unready_before = n_unready_now;
+    if (unready > s_unready_said) {
+        char reason[480];
+        snprintf(reason, sizeof reason, "%u thread(s) were not sampled (%s%s%s%s%s%s): they were running before "
+                 "sampling started, or were not started through a pthread_create that autoitt could see (a library "
+                 "starting threads within 50 ms of being loaded), so they have no alternate signal stack, without "
+                 "which a sample could write into memory that is not a stack", unready, names[0], unready > 1 ? ", " : "",
+                 names[1], unready > 2 ? ", " : "", names[2], unready > 3 ? ", ..." : "");
+        s_reason_locked(reason);
+        s_unready_said = unready;
+    }
 
     /* link each thread to its trace buffer, for the tasks it has open */
     pthread_mutex_lock(&g_mutex);
@@ -806,17 +847,18 @@ static void s_scan_locked(void)
     }
     pthread_mutex_unlock(&g_mutex);
 
-    /* the unwinder's map: after a dlopen/dlclose (checked every S_DL_CHECK scans), when a handler
-       missed a stack, and every 5 s */
-    static unsigned scans;
+    /* new objects get the hooks (hooks.c) and the map in the file is written again after a dlopen or
+       dlclose (the loader's counts) and every 5 s; an unload the dlclose hook did not see also empties
+       the unwind caches (uw_generation) */
     unsigned long long counts[2] = {s_dl_adds, s_dl_subs};
-    if (++scans % S_DL_CHECK == 0) dl_iterate_phdr(s_dl_counts, counts);
-    if (!fresh && (counts[0] != s_dl_adds || counts[1] != s_dl_subs || atomic_exchange(&s_maps_wanted, 0)
-                   || now_ns(CLOCK_MONOTONIC) - s_maps_ns > 5000000000ull))
+    dl_iterate_phdr(s_dl_counts, counts); /* the first object's call gives the counts: about a microsecond */
+    if (counts[1] != s_dl_subs) atomic_fetch_add(&uw_generation, 2);
+    if (counts[0] != s_dl_adds) h_patch_all();
+    if (counts[0] != s_dl_adds || counts[1] != s_dl_subs
+        || now_ns(CLOCK_MONOTONIC) - s_maps_ns > 5000000000ull)
         s_refresh_maps_locked();
     s_dl_adds = counts[0];
     s_dl_subs = counts[1];
-    s_retire_maps();
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1003,23 +1045,33 @@ static void s_wait(uint64_t ns)
     pthread_mutex_unlock(&s_wait_mutex);
 }
 
+/* Our handler, for the sampling signal (s_signal): on its own stack, the signal itself blocked while it runs. */
+static int s_install_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = s_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    return h_real_sigaction ? h_real_sigaction(s_signal, &sa, NULL) : sigaction(s_signal, &sa, NULL);
+}
+
+/* The sampling signal's handler was replaced without going through sigaction()/signal() (hooks.c sees
+ * those): the replacement becomes the program's action, and ours goes back in place.  The samples in
+ * between went to the program's action (or nowhere): said once, with the count of re-arms. */
 static void s_check_signal_locked(void)
 {
     struct sigaction current;
-    if (s_stopped_for_good || sigaction(s_signal, NULL, &current) != 0) return;
+    if (s_stopped_for_good || s_mechanism == SM_NONE || sigaction(s_signal, NULL, &current) != 0) return;
     if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == s_handler) return;
-    char reason[200];
-    snprintf(reason, sizeof reason, "the program installed its own handler for signal %d (%s), the sampling "
-             "signal: sampling stopped there (AUTOITT_SAMPLE_SIGNAL chooses another)", s_signal, strsignal(s_signal));
-    for (uint32_t i = 0; i < s_nthreads; i++) {
-        sthread *st = atomic_load(&s_threads[i]);
-        if (st->in_use) s_close_events(st);
-    }
-    s_flush_out();
+    h_set_chained(&current);
+    if (s_install_handler() != 0) return;
+    s_rearmed++;
+    char reason[400];
+    snprintf(reason, sizeof reason, "the program replaced the handler of the sampling signal %d (%s) without "
+             "sigaction() or signal() (%u time(s)): autoitt put its own back within 50 ms and passes the signal "
+             "on to the program's handler; samples in between were lost", s_signal, strsignal(s_signal), s_rearmed);
     s_reason_locked(reason);
-    s_mechanism = SM_NONE;
-    s_info_locked();
-    s_stopped_for_good = 1;
 }
 
 static void *s_scanner_main(void *arg)
@@ -1072,15 +1124,18 @@ static int s_pick_signal(void)
     return 0;
 }
 
-static void s_fork_prepare(void) { pthread_mutex_lock(&s_mutex); }
-static void s_fork_parent(void) { pthread_mutex_unlock(&s_mutex); }
+static void s_fork_prepare(void) { pthread_mutex_lock(&s_mutex); h_fork_prepare(); }
+static void s_fork_parent(void) { h_fork_parent(); pthread_mutex_unlock(&s_mutex); }
 
 /* The child: its own events, scanner and file; the parent's buffered samples stay the parent's. */
 static void s_fork_child(void)
 {
     pthread_mutex_init(&s_mutex, NULL);
     pthread_mutex_init(&s_wait_mutex, NULL);
+    pthread_mutex_init(&h_patch_mutex, NULL);
     if (!s_started) return;
+    h_fork_child();
+    atomic_store(&uw_closing, 0); /* a dlclose of another thread's, cut short by the fork */
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -1089,7 +1144,7 @@ static void s_fork_child(void)
     for (uint32_t i = 0; i < s_nthreads; i++) {
         sthread *st = atomic_load(&s_threads[i]);
         atomic_store(&st->active, 0);
-        if (st->fd >= 0) { atomic_store(&s_by_fd[st->fd], NULL); close(st->fd); st->fd = -1; }
+        if (st->fd >= 0) { atomic_store(&s_by_fd[st->fd - s_fd_base], NULL); close(st->fd); st->fd = -1; }
         st->has_timer = 0; /* POSIX timers are not inherited */
         st->in_use = 0;
         st->serial = 0;
@@ -1163,13 +1218,34 @@ static void sampler_start(void)
         pthread_mutex_unlock(&s_mutex);
         return;
     }
-    /* the handler before any event: a signal never meets the default action */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = s_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(s_signal, &sa, NULL);
+    /* the hooks, then the handler before any event: a signal never meets the default action */
+    if (!h_install()) {
+        s_open_file_locked();
+        s_reason_locked("no CPU-time sampling: the hooks that keep sampling safe (pthread_create, sigaction, "
+                        "dlclose) could not be set up");
+        s_mechanism = SM_NONE;
+        s_info_locked();
+        pthread_mutex_unlock(&s_mutex);
+        return;
+    }
+    struct sigaction before;
+    sigaction(s_signal, NULL, &before);
+    h_set_chained(&before);
+    s_install_handler();
+    atomic_store(&h_owned_signal, s_signal);
+    if (s_mechanism == SM_PERF && s_fd_base < 0) {
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        char reason[400];
+        snprintf(reason, sizeof reason, "the program's limit on open files is small (%llu, and so is the hard "
+                 "limit): sampling with per-thread CPU-time timers, which take none of its descriptors, at most at "
+                 "the kernel's tick rate (often 250 per second), each sample weighted by the periods it stands for",
+                 (unsigned long long)rl.rlim_cur);
+        s_open_file_locked();
+        s_reason_locked(reason);
+        s_mechanism = SM_TIMER;
+        s_info_locked();
+    }
     if (!uw_find_object) {
         s_open_file_locked();
         s_reason_locked("native frames: glibc before 2.35 has no _dl_find_object: samples keep the "
@@ -1177,6 +1253,23 @@ static void sampler_start(void)
     }
     pthread_mutex_unlock(&s_mutex);
     s_start_scanner();
+}
+
+/* A dlclose is about to run (hooks.c): the map goes to the file first, so the reader can name what the
+   samples saw in the library that goes away. */
+static void sampler_before_unload(void)
+{
+    if (!s_started || atomic_load(&s_finished)) return;
+    pthread_mutex_lock(&s_mutex);
+    if (s_fd >= 0) s_refresh_maps_locked();
+    pthread_mutex_unlock(&s_mutex);
+}
+
+/* A thread's first ITT event (collector.c's attach_thread): a thread that was running before sampling
+   started, or that the hooks did not see start, becomes ready to be sampled. */
+static void sampler_thread_attached(void)
+{
+    if (s_started && h_key_ok) h_thread_ready();
 }
 
 /* A pause or detach: what the rings hold goes to the file now. */

@@ -122,3 +122,4 @@ static void sampler_start(void);
 static void sampler_drain(void);
 static void sampler_finish(void);
 static void sampler_fatal(void);
+static void sampler_thread_attached(void);

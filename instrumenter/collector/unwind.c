@@ -51,49 +51,12 @@ typedef struct uw_dlfo {
 } uw_dlfo;
 static int (*uw_find_object)(void *pc, uw_dlfo *result);
 
-/* The process's mappings, read by the scanner thread from /proc/self/maps (see sampler.c): the
- * bounds of the stack being walked, and whether a word is an address in file-backed code. */
-typedef struct uw_map { uintptr_t start, end; uint32_t flags; uint32_t pad; } uw_map;
+/* Mapping flags of /proc/self/maps lines (sampler.c parses them for the file; the walk uses no map). */
 #define UWM_EXEC 1u
 #define UWM_FILE 2u
 #define UWM_READ 4u
-#define UWM_STACK 8u           /* [stack]: grows down */
-typedef struct uw_maps {
-    size_t n;                  /* m: every mapping, by address */
-    size_t ncode;              /* code: the executable file mappings among them, by address */
-    const uw_map *code;        /* (points into the same allocation, after m) */
-    uw_map m[];
-} uw_maps;
-static _Atomic(uw_maps *) uw_current_maps;
-static _Atomic long uw_readers;                /* handlers using uw_current_maps (see sampler.c) */
-
-/* The executable file mapping holding addr (the restart's scan: a small table, few steps). */
-static const uw_map *uw_find_code(const uw_maps *maps, uintptr_t addr)
-{
-    if (!maps || !maps->ncode || addr < maps->code[0].start || addr >= maps->code[maps->ncode - 1].end) return NULL;
-    size_t lo = 0, hi = maps->ncode;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (maps->code[mid].end <= addr) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < maps->ncode && maps->code[lo].start <= addr ? &maps->code[lo] : NULL;
-}
-
-static const uw_map *uw_find_map(const uw_maps *maps, uintptr_t addr)
-{
-    if (!maps) return NULL;
-    size_t lo = 0, hi = maps->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (maps->m[mid].end <= addr) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo < maps->n && maps->m[lo].start <= addr) return &maps->m[lo];
-    /* the main thread's stack grows down below the start the snapshot saw */
-    if (lo < maps->n && (maps->m[lo].flags & UWM_STACK) && maps->m[lo].start - addr < (64u << 20)) return &maps->m[lo];
-    return NULL;
-}
+#define UWM_STACK 8u
+static _Atomic long uw_readers;                /* handlers in a native walk (hooks.c's dlclose waits for 0) */
 
 typedef struct uw_cache_entry {
     uintptr_t pc;              /* the lookup address (pc, or pc - 1 for a return address); 0: empty */
@@ -674,10 +637,11 @@ static int uw_step(uw_regs *regs, int *exact, const uw_bounds *b, uw_thread_cach
     return UW_STEP_OK;
 }
 
-/* Whether the bytes before ret are a call instruction (rel32, or FF /2 through a register or memory). */
-static int uw_after_call(uintptr_t ret, const uw_map *m)
+/* Whether the bytes before ret are a call instruction (rel32, or FF /2 through a register or memory);
+ * [lo, ret) must be code of one function (its FDE's range): only those bytes are read. */
+static int uw_after_call(uintptr_t ret, uintptr_t lo)
 {
-    if (ret - 7 < m->start || ret > m->end) return 0;
+    if (ret < lo + 7) return 0;
     const uint8_t *c = (const uint8_t *)ret;
     if (c[-5] == 0xe8) return 1;                                                    /* call rel32 */
     if (c[-2] == 0xff && (c[-1] & 0xf8) == 0xd0) return 1;                          /* call reg */
@@ -691,20 +655,22 @@ static int uw_after_call(uintptr_t ret, const uw_map *m)
 }
 
 /* From a frame without unwind information (JIT code), the first word up the stack that is a
- * return address into a loaded object's code: resumes the walk there.  1: found. */
-static int uw_restart(uw_regs *regs, const uw_bounds *b, const uw_maps *maps, uw_thread_cache *tc)
+ * return address into a loaded object's code: resumes the walk there.  1: found.  A candidate must
+ * first be inside a function that a loaded object's .eh_frame_hdr lists (found through
+ * _dl_find_object, which knows only what is loaded now), and only then are the code bytes before
+ * it read, within that function. */
+static int uw_restart(uw_regs *regs, const uw_bounds *b, uw_thread_cache *tc)
 {
     uintptr_t a = (regs->r[UW_RSP] + 7) & ~(uintptr_t)7;
     for (int i = 0; i < UW_SCAN_WORDS && a + 8 <= b->hi; i++, a += 8) {
         if (a < b->lo) continue;
         uintptr_t w = *(const uintptr_t *)a;
-        if (w < 4096) continue;
-        const uw_map *m = uw_find_code(maps, w);
-        if (!m || !uw_after_call(w, m)) continue;
+        if (w < 4096 || w >= ((uintptr_t)1 << 47)) continue;
         uw_cie cie;
         uintptr_t begin;
         const uint8_t *insns, *insns_end;
         if (!uw_find_fde_cached(w - 1, tc, &cie, &begin, &insns, &insns_end)) continue;
+        if (!uw_after_call(w, begin)) continue;
         regs->r[UW_RSP] = a + 8;
         regs->r[UW_RA] = w;
         regs->valid &= (1u << UW_RSP) | (1u << UW_RA) | (1u << UW_RBP);
@@ -721,7 +687,7 @@ static int uw_restart(uw_regs *regs, const uw_bounds *b, const uw_maps *maps, uw
 
 /* Walks the interrupted thread's stack: out[0] is the interrupted pc, out[i > 0] return addresses.
  * Returns the number of addresses; *flags gets UWF_*. */
-static int uw_backtrace(const ucontext_t *uc, const uw_bounds *b, const uw_maps *maps, uw_thread_cache *tc,
+static int uw_backtrace(const ucontext_t *uc, const uw_bounds *b, uw_thread_cache *tc,
                         uint64_t *out, int max, uint32_t *flags)
 {
     const greg_t *g = uc->uc_mcontext.gregs;
@@ -738,7 +704,7 @@ static int uw_backtrace(const ucontext_t *uc, const uw_bounds *b, const uw_maps 
         int r = uw_step(&regs, &exact, b, tc);
         if (r == UW_STEP_OK) { out[n++] = regs.r[UW_RA]; continue; }
         if (r == UW_STEP_END) return n;
-        if (r == UW_STEP_NOINFO && restarts < UW_MAX_RESTARTS && uw_restart(&regs, b, maps, tc)) {
+        if (r == UW_STEP_NOINFO && restarts < UW_MAX_RESTARTS && uw_restart(&regs, b, tc)) {
             restarts++;
             *flags |= UWF_RESTARTED;
             exact = 0;

@@ -1,0 +1,311 @@
+"""The sampler is a guest in the program: it never harms it and the program cannot tell it is there.
+
+Each test runs a real Python program under the real collector (``tests.test_collector``'s helpers),
+does what real programs do to signals, descriptors, threads and libraries, and checks both sides:
+the program behaves as it does without autoitt, and the samples are still taken.  The design and the
+hazards are in ``instrumenter/collector/hooks.c`` and ``sampler.c``'s signal-handler audit.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from instrumenter.builtin.samplefile import F_NO_STACK_MAP, read_sample_dir
+from tests.test_collector import run_target, target_env
+from tests.test_sampling import BUSY, REFUSE, only_samples, python_leaves
+
+PROCESS_VM_READV = 310  # x86-64
+
+#: the program's own SIGURG handler counts its calls; the program sends itself a few, as a socket would
+OWN_SIGURG = """
+import os, signal, threading, ittapi.compat as itt
+calls = []
+def mine(sig, frame):
+    calls.append(sig)
+itt.resume()
+busy(0.1)
+signal.signal(signal.SIGURG, mine)
+busy(0.3)
+for _ in range(3):
+    signal.pthread_kill(threading.get_ident(), signal.SIGURG)
+print(len(calls), signal.getsignal(signal.SIGURG) is mine)
+"""
+
+
+def busy_script(code: str) -> str:
+    return BUSY + textwrap.dedent(code)
+
+
+def test_a_programs_own_handler_for_the_sampling_signal_gets_its_signals_and_no_samples(tmp_path):
+    done, traces = run_target(tmp_path, busy_script(OWN_SIGURG))
+    assert done.stdout.split() == ["3", "True"]
+    sf = only_samples(traces)
+    assert sf.signal == 23 and sf.mechanism == "perf"
+    assert len(sf) >= 300  # 0.4 s of CPU at 1 kHz, before and after the program's handler went in
+
+
+def test_a_program_that_resets_every_handler_to_its_default_keeps_being_sampled(tmp_path):
+    # what Lightning's teardown does: every signal's handler put back to what Python's own table says
+    done, traces = run_target(tmp_path, busy_script("""
+        import signal, ittapi.compat as itt
+        itt.resume()
+        busy(0.1)
+        for sig in signal.valid_signals():
+            try:
+                signal.signal(sig, signal.getsignal(sig) or signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                pass
+        signal.signal(signal.SIGURG, signal.SIG_DFL)
+        busy(0.3)
+        print("done")
+    """))
+    assert done.stdout == "done\n"
+    sf = only_samples(traces)
+    assert len(sf) >= 300 and sf.reason is None
+
+
+def test_a_handler_installed_behind_sigactions_back_is_kept_and_sampling_re_armed_with_a_reason(tmp_path):
+    # a function pointer from dlsym is a call no hook sees: the collector finds out at its next scan
+    done, traces = run_target(tmp_path, busy_script("""
+        import ctypes, signal, ittapi.compat as itt
+        libc = ctypes.CDLL(None)
+        sigaction = ctypes.cast(libc.sigaction, ctypes.c_void_p).value  # the address, not the GOT slot
+        act = (ctypes.c_char * 152)()
+        ctypes.memmove(act, ctypes.byref(ctypes.c_void_p(1)), 8)  # SIG_IGN
+        itt.resume()
+        busy(0.1)
+        assert ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(sigaction)(
+            signal.SIGURG, act, None) == 0
+        busy(0.3)
+        print("done")
+    """))
+    assert done.stdout == "done\n"
+    sf = only_samples(traces)
+    assert len(sf) >= 250
+    assert any("without sigaction() or signal()" in r for r in sf.reasons)
+
+
+def test_threads_the_program_starts_run_their_samples_on_an_alternate_stack_and_keep_their_own(tmp_path):
+    done, traces = run_target(tmp_path, busy_script("""
+        import ctypes, threading, ittapi.compat as itt
+        class Stack(ctypes.Structure):
+            _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
+        libc = ctypes.CDLL(None)
+        itt.resume()
+        seen = {}
+        def worker(name, own):
+            if own:  # a thread with an altstack of its own (as faulthandler, Go or Rust threads have)
+                buf = ctypes.create_string_buffer(1 << 16)
+                libc.sigaltstack(ctypes.byref(Stack(ctypes.addressof(buf), 0, 1 << 16)), None)
+            busy(0.1)
+            ss = Stack()
+            libc.sigaltstack(None, ctypes.byref(ss))
+            seen[name] = (ss.flags & 2 == 0, ss.size, own and ss.sp == ctypes.addressof(buf))
+        threads = [threading.Thread(target=worker, args=(f"w{i}", i == 1)) for i in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print(seen["w0"][0], seen["w0"][1], seen["w1"][2])
+    """))
+    assert done.stdout.split() == ["True", str(64 << 10), "True"]
+    sf = only_samples(traces)
+    assert len({int(t) for t in sf.tid}) == 3
+
+
+@pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 200, reason="needs a limit above 160 to lower")
+def test_many_threads_under_a_small_limit_on_open_files_open_theirs_as_without_autoitt(tmp_path):
+    code = busy_script("""
+        import os, threading, ittapi.compat as itt
+        itt.resume()
+        stop = threading.Event()
+        threads = [threading.Thread(target=stop.wait) for _ in range(120)]
+        for t in threads: t.start()
+        busy(0.05)
+        files = [open(os.devnull) for _ in range(100)]
+        print(sorted(f.fileno() for f in files)[-1])
+        stop.set()
+        for t in threads: t.join()
+    """)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))  # noqa: E731 (as `ulimit -n 160`)
+    script = tmp_path / "target.py"
+    script.write_text(code)
+    plain = subprocess.run([sys.executable, str(script)], cwd=tmp_path, preexec_fn=limit, capture_output=True,
+                           text=True, timeout=60)
+    profiled = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=target_env(tmp_path / "traces"),
+                              preexec_fn=limit, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    assert profiled.returncode == 0, profiled.stderr
+    assert profiled.stdout == plain.stdout  # the same descriptor numbers: none of them is autoitt's
+    sf = only_samples(tmp_path / "traces")
+    assert sf.mechanism == "timer" and any("limit on open files is small (160" in r for r in sf.reasons)
+
+
+def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_path):
+    done, traces = run_target(tmp_path, busy_script("""
+        import os, threading, ittapi.compat as itt
+        itt.resume()
+        before = os.open(os.devnull, os.O_RDONLY); os.close(before)
+        threads = [threading.Thread(target=busy, args=(0.05,)) for _ in range(8)]
+        for t in threads: t.start()
+        busy(0.1)
+        after = os.open(os.devnull, os.O_RDONLY)
+        for t in threads: t.join()
+        print(before == after)
+    """))
+    assert done.stdout == "True\n"
+    assert len({int(t) for t in only_samples(traces).tid}) >= 5
+
+
+RELOAD = """
+import ctypes, _ctypes, os
+for i in range(60):
+    lib = ctypes.CDLL(os.path.abspath("liba.so" if i % 2 == 0 else "libb.so"))
+    lib.work(300000)
+    _ctypes.dlclose(lib._handle)
+print("ok")
+"""
+#: two libraries of different layout whose work() starts at the same offset: after a dlclose, the other
+#: one is loaded where the first was, and a stale unwind cache would read the first one's unmapped tables
+LIB_A = "int work(int n) { volatile int s = 0; for (int i = 0; i < n; i++) { s += i * 3; if (s & 1) s ^= n; } return s; }\n" + \
+    "\n".join(f"__attribute__((used)) static int pad{k}(int n) {{ volatile int s = {k}; for (int i = 0; i < n; i++) "
+              f"s ^= i + {k}; return s; }}" for k in range(400))
+LIB_B = "int work(int n) { volatile long s = 7; for (int i = 0; i < n; i++) { s = s * 31 + i; if (s & 2) s -= n; } " \
+        "return (int)s; }\n"
+
+
+def build_reload_libraries(folder: Path) -> None:
+    for name, source in (("liba", LIB_A), ("libb", LIB_B)):
+        (folder / f"{name}.c").write_text(source)
+        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(folder / f"{name}.so"), str(folder / f"{name}.c")],
+                       check=True)
+
+
+def test_libraries_unloaded_and_loaded_again_are_unwound_from_their_own_tables(tmp_path):
+    build_reload_libraries(tmp_path)
+    done, traces = run_target(tmp_path, "import ittapi.compat as itt\nitt.resume()\n" + RELOAD,
+                              AUTOITT_SAMPLE_HZ="5000")
+    assert done.stdout == "ok\n"
+    sf = only_samples(traces)
+    assert len(sf) >= 100
+
+
+def test_a_forked_child_samples_its_thread_without_the_parents_altstack_bookkeeping_going_wrong(tmp_path):
+    done, traces = run_target(tmp_path, busy_script("""
+        import os, threading, ittapi.compat as itt
+        itt.resume()
+        def child():
+            t = threading.Thread(target=busy, args=(0.2,)); t.start(); busy(0.2); t.join()
+        pid = os.fork()
+        if pid == 0:
+            child()
+            itt.pause()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("done")
+    """))
+    assert done.stdout == "done\n"
+    files = {sf.pid: sf for sf in read_sample_dir(traces)}
+    child = next(sf for pid, sf in files.items() if sf.ppid != 0 and sf.forked)
+    assert len({int(t) for t in child.tid}) == 2 and len(child) >= 200
+    assert not (child.flags & F_NO_STACK_MAP).any()
+
+
+#: validate, then fit: Lightning's teardown after validate() puts every signal handler back as Python's
+#: table has it, which used to leave the sampling signal at its default (no samples in fit at all)
+LIGHTNING_VALIDATE_THEN_FIT = textwrap.dedent("""\
+    import torch
+    import pytorch_lightning as pl
+
+
+    def burn(seconds):
+        import time
+        end = time.thread_time() + seconds
+        total = 0
+        while time.thread_time() < end:
+            for i in range(2000):
+                total += i
+        return total
+
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, index):
+            burn(0.02)
+            return self.layer(batch[0]).sum()
+
+        def validation_step(self, batch, index):
+            self.log("val", self.layer(batch[0]).sum())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+    def loader():
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(24, 4)), batch_size=4)
+
+
+    trainer = pl.Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=2, num_sanity_val_steps=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    model = Model()
+    trainer.validate(model, loader())
+    trainer.fit(model, loader())
+    """)
+
+
+def step_spans(folder: Path):
+    """(pid, tid, begin ns, end ns) of every `step` task of autoitt's domain in a result folder's traces."""
+    from instrumenter.builtin.events import read_trace_dir
+
+    spans = []
+    for trace in read_trace_dir(folder / "itt").traces:
+        open_by_thread = {}
+        for e in trace.events:
+            stack = open_by_thread.setdefault(e.tid, [])
+            if e.kind == "begin":
+                stack.append(e)
+            elif e.kind == "end" and stack:
+                begin = stack.pop()
+                if begin.domain == "autoitt.train" and begin.name == "step":
+                    spans.append((trace.pid, e.tid, begin.ts, e.ts))
+    return spans
+
+
+@pytest.mark.slow
+def test_lightning_validate_then_fit_has_samples_in_every_step(tmp_path):
+    from tests.test_profile import autoitt
+
+    (tmp_path / "train.py").write_text(LIGHTNING_VALIDATE_THEN_FIT)
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spans = step_spans(tmp_path / "out")
+    assert len(spans) == 6
+    samples = {sf.pid: sf for sf in read_sample_dir(tmp_path / "out" / "itt")}
+    for pid, tid, begin, end in spans:
+        sf = samples[pid]
+        inside = ((sf.tid == tid) & (sf.ns >= begin) & (sf.ns <= end)).sum()
+        assert inside >= 5, (begin, end, inside)  # 20 ms of CPU each, 1000 samples a second
+    assert not any("handler" in r for sf in samples.values() for r in sf.reasons)
+
+
+def test_python_frames_are_read_through_page_probes_where_process_vm_readv_is_refused(tmp_path):
+    # Docker's default seccomp profile refuses process_vm_readv to unprivileged containers on old kernels
+    done, traces = run_target(tmp_path, REFUSE + busy_script(f"""
+        refuse({PROCESS_VM_READV})
+        import ittapi.compat as itt
+        itt.resume()
+        busy(0.3)
+        print("done")
+    """))
+    assert done.stdout == "done\n"
+    sf = only_samples(traces)
+    leaves = python_leaves(sf, range(len(sf)))
+    assert sum(count for (qualname, _), count in leaves.items() if qualname == "busy") >= 200
