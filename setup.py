@@ -21,6 +21,8 @@ setup(
                      "instrumenter/collector/tasks.h", "instrumenter/collector/pyframes.h",
                      "instrumenter/collector/counters.h"],
             extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
+            # every symbol bound at load: lazy binding in the sampler's signal handler is not async-signal-safe
+            extra_link_args=["-Wl,-z,now", "-Wl,-z,relro"],
             libraries=["pthread", "dl", "m"],
         ),
         # the trace reader's inner loop (instrumenter/builtin/pairing.py binds it with ctypes)

@@ -277,6 +277,11 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
             for spot in outside))
     for reason in sampling.get("reasons") or []:
         console.print(f"[yellow]note:[/yellow] sampling: {reason}")
+    lost = sampling.get("lost") or 0
+    if lost > 0.01 * (sampling["samples"] + lost):
+        console.print(f"[yellow]note:[/yellow] sampling: {lost} samples ({100 * lost / (sampling['samples'] + lost):.0f}% "
+                      "of the CPU time counted) were lost: their signal was not delivered (the program blocked it, "
+                      "or replaced its handler behind autoitt's back)")
 
 
 def _render_ranks(summary: Summary, console: Console) -> None:

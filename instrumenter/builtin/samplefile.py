@@ -7,53 +7,39 @@ What is sampled
 ===============
 
 While a process runs with the collector attached (from its first ITT call
-other than a domain or string-handle create), every thread of it is
-interrupted about ``AUTOITT_SAMPLE_HZ`` times per second of its own user-mode
-CPU time (default 1000; ``0``: no sampling, no file), paused or not, and each
-interruption records:
+other than a create), every sampled thread is interrupted about
+``AUTOITT_SAMPLE_HZ`` times per second of its own user-mode CPU time (default
+1000; ``0``: no sampling, no file), paused or not.  Each sample records:
 
-* native frames, up to 128, unwound with the code's ``.eh_frame`` from the
-  interrupted registers; code without unwind information (JIT code such as
-  oneDNN's kernels) ends the walk, which then resumes, at most twice, from the
-  first word up the stack that is a return address into known code after a
-  call instruction (flag bit 9: those outer frames are a good guess);
+* native frames, up to 128, unwound with ``.eh_frame``; after code without
+  unwind information (JIT kernels) a walk resumes at most twice (bit 9);
 * Python frames, up to 64, as (code object, last instruction), on CPython 3.11
-  (the version the collector is built for; elsewhere none, and a reason
-  record says so); each code object's names and line table are written once,
-  and lines are computed here;
-* the thread's innermost open ITT task (any domain) and its innermost open
-  task of an *own* domain (autoitt's markers': ``AUTOITT_OWN_DOMAINS``,
-  comma-separated, default ``autoitt.train``: steps, epochs, evaluation), else
-  the process's current own task (the innermost one open in the thread that
-  last began or ended one), flagged *inherited*: OpenMP and oneDNN workers
-  have no task of their own.  Values are the domain and string-handle
-  pointers of ``itt-<pid>.bin`` (:mod:`.tracefile`).  As in the trace, tasks
-  begun or ended while paused are not seen, and a pause forgets the open ones;
+  (elsewhere none, and a reason record says so); each code object's names and
+  line table are written once, and lines are computed here;
+* the thread's innermost open ITT task, and its innermost open task of an
+  *own* domain (``AUTOITT_OWN_DOMAINS``, default ``autoitt.train``), else the
+  process's current own task, flagged *inherited* (OpenMP and oneDNN workers);
+  values are ``itt-<pid>.bin``'s pointers; a pause forgets the open tasks;
 * whether collection was paused or detached.
 
-Mechanism: per thread, a ``perf_event_open`` ``cpu-clock`` event, user mode
-only (allowed up to ``perf_event_paranoid`` 2, no capability needed), whose
-overflow signal goes to the sampled thread.  Where ``perf_event_open`` is
-refused (``perf_event_paranoid`` 3, a container's seccomp profile), per-thread
-POSIX CPU-time timers: at most one sample per kernel tick (250 per second
-where ``CONFIG_HZ=250``), each weighted by the periods it stands for.  The
-info record says which ran, a reason record why it is not ``perf``.  The
-collector lists ``/proc/self/task`` every 50 ms: a thread that starts and ends
-between two listings is not sampled; its own thread (``autoitt-sampler``) never.
+Mechanism (``sampler.c`` in ``instrumenter/collector`` has the design and
+safety audit): a ``perf_event_open`` ``cpu-clock`` event per thread, else
+(refused, or a small limit on open files) POSIX CPU-time timers (one sample
+per tick at most, weighted); the info record says which, a reason record why.
+Sampled: threads with an alternate signal stack (started once sampling runs,
+the one that started it, any at its first ITT call; a reason record counts
+the others), listed every 50 ms; never the collector's own.
 
 Files
 =====
 
-Each process writes ``$AUTOITT_TRACE_DIR/samples-<pid>.bin``, next to its
-``itt-<pid>.bin``.  A forked child (DataLoader and multiprocessing workers)
-writes its own, from 10 ms after the fork on.  Data reaches the file every
-50 ms (20 ms in a forked child), at each ``__itt_pause``/``__itt_detach``, at
-a normal exit (with the memory map, the counts and an end record) and, best
-effort, at a fatal signal (the default action of SIGTERM, SIGHUP, SIGQUIT,
-SIGSEGV, ...).  Lost: the last 50 ms (20 in a forked child) of a process that
-ends by SIGKILL or ``os._exit`` (forked workers usually do), and samples
-dropped because a thread's buffer (128 samples) was full (the counts say how
-many).
+Each process writes ``$AUTOITT_TRACE_DIR/samples-<pid>.bin`` next to its
+``itt-<pid>.bin``; a forked child its own, from 10 ms after the fork.  Data is
+written every 50 ms (20 in a forked child), at each pause or detach, at a
+normal exit (with the map, the counts and an end record) and, best effort, at
+a fatal signal.  Lost: the last 50 ms of a process ended by SIGKILL or
+``os._exit`` (forked workers), and samples dropped when a thread's buffer (128
+samples) was full (counted).
 
 All integers are little-endian.  Header (48 bytes):
 
@@ -88,7 +74,8 @@ kind  name       payload
                  Python frames, u32 buffer slots per thread.  Written at the start
                  and again whenever the mechanism changes; the last one holds.
 2     reason     UTF-8 text: why samples are fewer or poorer than asked (perf refused,
-                 Python unsupported, the program took the signal over), or absent.
+                 a small limit on open files, Python unsupported, threads not sampled,
+                 the signal's handler replaced behind the collector's back), or absent.
 3     clock      u64 record clock, u64 CLOCK_MONOTONIC ns: a pair taken at that moment
                  (one per write; the reader converts ticks as :class:`.clock.Clock`).
 4     thread     u32 tid, u32 0, the thread's name (``comm``) when first seen.
@@ -123,12 +110,15 @@ kind  name       payload
                  (the thread's buffer was full), u64 record-clock ticks spent in the
                  signal handler: cumulative, the last record of an instance holds.
 11    end        empty: the process ended normally and the file is complete.
+12    due        u32 tid, u32 thread instance, u64 periods its perf event counted, as
+                 counts (taken + dropped + lost, a lost one's signal never delivered).
 ===== ========== ===================================================================
 
 Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task
 is inherited from the process, bit 3 the thread had more than 64 tasks open
-(the innermost are not known: the task is the 64th), bit 4 no stack mapping
-for the native walk (only the interrupted instruction); native walk: bit 8
+(the task is the 64th), bit 4 the stack pointer was outside the thread's
+stack, bit 5 a library was being unloaded (4, 5: only the interrupted
+instruction); native walk: bit 8
 truncated at the maximum, bit 9 resumed after code without unwind
 information, bit 10 ended at code without unwind information, bit 11 ended at
 a frame its rules could not unwind; Python walk: bit 12 truncated at the
@@ -138,12 +128,11 @@ object had no id.
 Reading
 =======
 
-:func:`read_sample_file` returns a :class:`SampleFile`: numpy arrays with one
+:func:`read_sample_file` returns a :class:`SampleFile`: numpy arrays, one
 element per sample, the stacks interned (:attr:`SampleFile.stack` indexes
-:attr:`SampleFile.stacks`), the code objects, the memory map, the counts and
-the reasons.  Memory grows with the number of distinct stacks, not samples.
-:func:`~.mixedstacks.merge_frames` interleaves a stack's native and Python
-frames (its rules are there); :mod:`.symbols` names native addresses.
+:attr:`SampleFile.stacks`), codes, map, counts and reasons (memory grows with
+distinct stacks, not samples).  :func:`~.mixedstacks.merge_frames` interleaves
+native and Python frames; :mod:`.symbols` names native addresses.
 """
 
 from __future__ import annotations
@@ -172,7 +161,8 @@ _INFO = struct.Struct("<IIIIQQQIIII")
 _CODE = struct.Struct("<IiIIII")
 _STATS = struct.Struct("<IIQQQ")
 
-R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END = range(1, 12)
+R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_DUE = range(1, 13)
+_DUE = struct.Struct("<IIQ")
 
 #: One sample entry of a ``samples`` record.
 SAMPLE = np.dtype([("ticks", "<u8"), ("tid", "<u4"), ("stack", "<u4"), ("flags", "<u4"), ("weight", "<u4"),
@@ -181,7 +171,7 @@ SAMPLE = np.dtype([("ticks", "<u8"), ("tid", "<u4"), ("stack", "<u4"), ("flags",
 assert SAMPLE.itemsize == 56
 
 # sample flags (see Sample flags)
-F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP = 1, 2, 4, 8, 16
+F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = 1, 2, 4, 8, 16, 32
 F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = 1 << 8, 1 << 9, 1 << 10, 1 << 11
 F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = 1 << 12, 1 << 13, 1 << 14
 
@@ -198,6 +188,7 @@ class ThreadCounts:
     samples: int = 0
     dropped: int = 0
     handler_ns: int = 0  # time spent in the signal handler, summed
+    lost: int = 0  # perf: periods its event counted that gave no sample (signals not delivered)
 
 
 @dataclass
@@ -264,6 +255,10 @@ class SampleFile:
     @property
     def dropped(self) -> int:
         return sum(c.dropped for c in self.counts.values())
+
+    @property
+    def lost(self) -> int:  # perf: periods its events counted that gave no sample
+        return sum(c.lost for c in self.counts.values())
 
     def mapping(self, address: int) -> Optional[Mapping]:
         """The executable mapping holding ``address``: the latest snapshot that has one."""
@@ -339,6 +334,7 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
     stacks_by_id: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
     maps: Dict[int, List[str]] = {}
     counts: Dict[Tuple[int, int], Tuple[int, int, int]] = {}
+    due: Dict[Tuple[int, int], int] = {}
     pos, size = header_size, len(data)
     mv = memoryview(data)
     try:
@@ -391,6 +387,9 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
             elif kind == R_STATS:
                 tid, serial, taken, dropped, handler_ticks = _STATS.unpack_from(data, p)
                 counts[(tid, serial)] = (taken, dropped, handler_ticks)
+            elif kind == R_DUE:
+                tid, serial, periods = _DUE.unpack_from(data, p)
+                due[(tid, serial)] = periods
             elif kind == R_END:
                 out.complete = True
             pos = end + (-length % 8)
@@ -431,11 +430,12 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
         setattr(out, name, entries[name].copy())
     tsc = clock.tsc and len(clock.ticks) > 1 and clock.ticks[-1] > clock.ticks[0]
     ns_per_tick = (clock.mono[-1] - clock.mono[0]) / (clock.ticks[-1] - clock.ticks[0]) if tsc else 1.0
-    for (tid, _serial), (taken, dropped, handler_ticks) in counts.items():
+    for (tid, serial), (taken, dropped, handler_ticks) in counts.items():
         c = out.counts.setdefault(tid, ThreadCounts())
         c.samples += taken
         c.dropped += dropped
         c.handler_ns += int(handler_ticks * ns_per_tick)
+        c.lost += max(0, due.get((tid, serial), 0) - taken - dropped - 1)  # read moments apart: 1 is no loss
     return out
 
 

@@ -136,6 +136,7 @@ def _info(files: Sequence[SampleFile], period_s: float) -> Dict[str, object]:
         "python_frames": next((f.python for f in files if f.python != "none"), "none"),
         "samples": int(sum(len(f) for f in files)),
         "dropped": int(sum(f.dropped for f in files)),
+        "lost": int(sum(f.lost for f in files)),
         "processes": len(files),
         "reasons": reasons,
         "period_s": period_s,

@@ -177,22 +177,26 @@ static uint32_t copy_str(PyObject *o, unsigned char *out, uint32_t cap)
     else return 0;
     if (!where || len < 0 || (kind != 1 && kind != 2 && kind != 4)) return 0;
     if (len > (Py_ssize_t)cap) len = cap; /* a character is at least one byte of out */
-    unsigned char raw[4 * NAME_CAP];
-    if (!probe_read(where, raw, (size_t)len * kind)) return 0;
-    const void *data = raw;
+    /* in pieces of 256 characters: a small buffer on the signal stack (which may be a program's own
+       altstack of 16 KiB, faulthandler's) */
+    uint32_t raw[256];
     uint32_t n = 0;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        uint32_t c = kind == 1 ? ((const uint8_t *)data)[i] : kind == 2 ? ((const uint16_t *)data)[i]
-                                                                        : ((const uint32_t *)data)[i];
-        unsigned char buf[4];
-        uint32_t k;
-        if (c < 0x80) { buf[0] = (unsigned char)c; k = 1; }
-        else if (c < 0x800) { buf[0] = 0xc0 | (c >> 6); buf[1] = 0x80 | (c & 0x3f); k = 2; }
-        else if (c < 0x10000) { buf[0] = 0xe0 | (c >> 12); buf[1] = 0x80 | ((c >> 6) & 0x3f); buf[2] = 0x80 | (c & 0x3f); k = 3; }
-        else { buf[0] = 0xf0 | (c >> 18); buf[1] = 0x80 | ((c >> 12) & 0x3f); buf[2] = 0x80 | ((c >> 6) & 0x3f); buf[3] = 0x80 | (c & 0x3f); k = 4; }
-        if (n + k > cap) break;
-        memcpy(out + n, buf, k);
-        n += k;
+    for (Py_ssize_t done = 0; done < len;) {
+        Py_ssize_t piece = len - done < 256 ? len - done : 256;
+        if (!probe_read((const char *)where + done * kind, raw, (size_t)piece * kind)) return n;
+        for (Py_ssize_t i = 0; i < piece; i++) {
+            uint32_t c = kind == 1 ? ((const uint8_t *)raw)[i] : kind == 2 ? ((const uint16_t *)raw)[i] : raw[i];
+            unsigned char buf[4];
+            uint32_t k;
+            if (c < 0x80) { buf[0] = (unsigned char)c; k = 1; }
+            else if (c < 0x800) { buf[0] = 0xc0 | (c >> 6); buf[1] = 0x80 | (c & 0x3f); k = 2; }
+            else if (c < 0x10000) { buf[0] = 0xe0 | (c >> 12); buf[1] = 0x80 | ((c >> 6) & 0x3f); buf[2] = 0x80 | (c & 0x3f); k = 3; }
+            else { buf[0] = 0xf0 | (c >> 18); buf[1] = 0x80 | ((c >> 12) & 0x3f); buf[2] = 0x80 | ((c >> 6) & 0x3f); buf[3] = 0x80 | (c & 0x3f); k = 4; }
+            if (n + k > cap) return n;
+            memcpy(out + n, buf, k);
+            n += k;
+        }
+        done += piece;
     }
     return n;
 }

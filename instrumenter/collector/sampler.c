@@ -1,9 +1,10 @@
 /*
  * CPU-time stack sampling inside the collector.  Included at the end of collector.c (it uses
  * the collector's record clock, directory, collection state and per-thread buffers); the
- * Python frames are in pyframes.c, the native stack walk in unwind.c.  It writes
- * $AUTOITT_TRACE_DIR/samples-<pid>.bin, whose format is documented in one place only: the
- * docstring of instrumenter/builtin/samplefile.py (the reader).  Keep the two in sync.
+ * Python frames are in pyframes.c, the native stack walk in unwind.c, the hooks that keep the
+ * sampler out of the program's way in hooks.c.  It writes $AUTOITT_TRACE_DIR/samples-<pid>.bin,
+ * whose format is documented in one place only: the docstring of
+ * instrumenter/builtin/samplefile.py (the reader).  Keep the two in sync.
  *
  * Mechanism (measurements: /work/shared/research/sampling.md and benchmarks/README.md):
  *  - per thread, a perf_event_open software event PERF_COUNT_SW_CPU_CLOCK (an hrtimer on the
@@ -11,36 +12,88 @@
  *    tick, 250/s here), exclude_kernel (allowed with perf_event_paranoid <= 2, no capability
  *    needed: the threads are our own), no mmap ring: the fd is O_ASYNC with F_SETSIG and
  *    F_SETOWN_EX(F_OWNER_TID), so each overflow sends the signal to the sampled thread itself,
- *    and its siginfo's si_fd says which thread state to fill;
- *  - where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile:
- *    Docker's default one refuses it without CAP_PERFMON), per-thread POSIX timers on the
- *    thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel tick's rate, each sample
- *    weighted by the periods it stands for (1 + the timer's overrun); the reason is recorded;
- *  - the signal is SIGURG unless the program handles it (then SIGPROF, then real-time
- *    signals), or AUTOITT_SAMPLE_SIGNAL: SIGURG's default action is to ignore it, so a
- *    sampling signal left pending across an exec, or met after a program reset our handler,
- *    kills nothing; it is not a real-time signal, so the kernel never falls back to SIGIO when
- *    its queue is full.  SA_RESTART; and the signal only ever interrupts a thread running in
- *    user mode (the event counts the thread's own CPU time), so sleeps and blocking reads see
- *    no EINTR from it in practice;
+ *    and its siginfo's si_fd says which thread state to fill.  The fd lives out of the program's
+ *    low numbers (collector.c's fd_out_of_the_way: above its soft limit on open files where the
+ *    hard limit allows, else in the top of a large limit);
+ *  - per-thread POSIX timers on the thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel
+ *    tick's rate, each sample weighted by the periods it stands for (1 + the timer's overrun),
+ *    where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile) or
+ *    where the limit on open files is too small to keep our descriptors out of the program's way;
+ *    the reason is recorded.  Their si_value carries S_TIMER_MAGIC, so a timer of the program's on
+ *    the same signal is told apart;
+ *  - the signal is SIGURG unless the program already handles it (then SIGPROF, then real-time
+ *    signals), or AUTOITT_SAMPLE_SIGNAL.  From then on its handler is ours for good: hooks.c's
+ *    sigaction/signal keep what the program installs as its chained action, which our handler
+ *    runs for every signal of that number that is not a sample (a kill, a socket's SIGURG), so the
+ *    program sees its own handler called exactly when it would be.  A replacement made behind
+ *    those hooks is found by the scanner, kept as the chained action, and ours put back (said in a
+ *    reason record).  SA_RESTART; the signal only ever interrupts a thread running in user mode
+ *    (the event counts the thread's own CPU time), so sleeps and blocking reads see no EINTR;
+ *  - SA_ONSTACK, and only threads that have an alternate signal stack are sampled: the signal's
+ *    frame and our handler never touch the interrupted stack, which is not always a stack
+ *    (oneDNN's GEMM kernels point rsp at a heap buffer).  A thread gets one as it starts (hooks.c's
+ *    pthread_create), at its first ITT call (attach_thread), or is the one that started sampling;
+ *    others are counted and named in a reason record, never sampled;
  *  - a scanner thread ("autoitt-sampler"), started at the first ITT call (__itt_api_init), and
  *    in each forked child by the fork handler, lists /proc/self/task every 50 ms (20 ms in a
- *    forked child): it opens an
- *    event for each new thread (the main thread and threads older than the collector
- *    included), closes those of threads gone, links each thread's state to its trace buffer
- *    (for task attribution), drains the per-thread sample rings into the file and keeps the
- *    unwinder's copy of the memory map current.  Threads that start and end between two scans
- *    are not sampled.
+ *    forked child): it opens an event for each new ready thread, closes those of threads gone,
+ *    links each thread's state to its trace buffer (for task attribution), drains the per-thread
+ *    sample rings into the file, patches the hooks into newly loaded objects and writes the
+ *    memory map when it changed.  Threads that start and end between two scans are not sampled.
  *
- * The signal handler (async-signal-safe: no lock, no allocation, errno kept) fills one slot of
- * the thread's preallocated ring, or counts a drop when the ring is full: the record clock's
- * time (now_ticks(), as the trace), the collection state, the thread's innermost open ITT task
- * and innermost open task of an own domain (autoitt's markers': AUTOITT_OWN_DOMAINS, default
- * "autoitt.train"; from the task stack its trace buffer keeps, see tasks.h), else the process's
- * current own task flagged inherited, the native stack (unwind.c, from the ucontext) and the
- * Python frames (pyframes.c).  __thread variables
- * are never touched from the handler (in a dlopen'ed library their first access from a thread
- * may allocate): the thread state comes from si_fd (perf) or si_value (timers).
+ * The signal handler fills one slot of the thread's preallocated ring, or counts a drop when the
+ * ring is full: the record clock's time (now_ticks(), as the trace), the collection state, the
+ * thread's innermost open ITT task and innermost open task of an own domain (autoitt's markers':
+ * AUTOITT_OWN_DOMAINS, default "autoitt.train"; from the task stack its trace buffer keeps, see
+ * tasks.h), else the process's current own task flagged inherited, the native stack (unwind.c,
+ * from the ucontext) and the Python frames (pyframes.c).
+ *
+ * Signal-handler audit: everything s_handler can reach, and why each is safe in a signal handler
+ * that may interrupt any instruction of any sampled thread (malloc, the loader, a lock holder,
+ * JIT code with rsp anywhere):
+ *  - where it runs: our altstack (SA_ONSTACK; a sampled thread always has one, 64 KiB with a guard
+ *    page below, or the program's own of at least 32 KiB); the handler needs under 8 KiB;
+ *  - s_handler: reads siginfo; atomic loads of s_threads/s_by_fd (static arrays; sthread records are
+ *    mmap'ed once and never unmapped, only reused a second after their thread ended); errno saved
+ *    and restored.  Anything not from our own events goes to h_forward;
+ *  - h_forward (hooks.c): reads the chained action (a static double buffer: sigaction() never waits),
+ *    pthread_sigmask and sigaction and raise (async-signal-safe by POSIX), then the program's handler,
+ *    which the kernel would have run in this same context;
+ *  - s_take: now_ticks (rdtsc, or clock_gettime through the vDSO); relaxed atomics; the thread's trace
+ *    buffer (tbufs are never freed, only reused; the scanner links a thread to its own), read only
+ *    when it is this thread's (tid and pause epoch checked); the own-domain table (static); writes to
+ *    the thread's own ring slot.  No lock, no allocation, no __thread variable (in a dlopen'ed
+ *    library its first access from a thread may allocate): the thread state comes from si_fd or
+ *    si_value;
+ *  - the native walk (unwind.c): _dl_find_object (glibc 2.35+, documented async-signal-safe) and
+ *    reads of the .eh_frame_hdr/.eh_frame it points to.  No object can be unloaded during a walk:
+ *    hooks.c's dlclose waits until uw_readers is 0, and handlers skip the walk while a dlclose runs
+ *    (uw_closing; the reader is flagged SF_UNLOADING); each close bumps uw_generation, and a thread's
+ *    unwind caches (which hold pointers into .eh_frame) are emptied at its next sample after a
+ *    change.  Stack words are read only within [rsp, top of the thread's own stack) (bounds the
+ *    thread gave itself with pthread_getattr_np; an rsp outside them gives the interrupted
+ *    instruction only, SF_NO_STACK_MAP), code bytes (the JIT restart's call check) only inside a
+ *    function that a loaded object's FDE covers.  DWARF expressions are evaluated on a bounded
+ *    stack; a wrong rule ends the walk, never reads outside those bounds.  No copy of
+ *    /proc/self/maps is used (it could be seconds old);
+ *  - the Python walk (pyframes.c): PyGILState_GetThisThreadState (a pthread_getspecific: a read of
+ *    the thread's own key array, no lock) and _Py_IsFinalizing (a load); frames in the thread's own
+ *    data-stack chunks are read directly, any other frame through a checked copy; the innermost
+ *    frame's code object (the one frame whose reference may already be dropped) and every string
+ *    and line table copied at a code object's first sight through checked copies
+ *    (process_vm_readv, or rt_sigprocmask page probes where that is refused): system calls that
+ *    fail instead of faulting.  Code ids: a lock-free table in preallocated memory;
+ *  - not reachable: malloc/free, stdio, locks, dl_iterate_phdr, the dynamic loader (the library is
+ *    linked with -z now (setup.py): no lazy binding inside the handler), /proc reads.
+ * Known residual hazards: a dlclose through a path the hooks cannot see (a raw syscall-level unmap,
+ * a dlsym'ed dlclose) concurrent with a walk of that library's frames; a foreign altstack smaller
+ * than our handler's needs installed by the program after ours (we keep ours only if it is at
+ * least 32 KiB when the thread becomes ready).
+ *
+ * The fatal-signal path (sampler_fatal, from collector.c's handler for SIGTERM, SIGSEGV, ...) is
+ * best effort: it try-locks s_mutex (a single compare-and-swap in glibc: it never waits; when the
+ * scanner holds it, nothing is written), then writes with write() from a static buffer and reads
+ * /proc/self/maps with open/read, all async-signal-safe system calls.
  *
  * Writing: the scanner thread gives stacks ids (each distinct stack is written once) and writes
  * batches of fixed-size sample entries.  At a pause or detach the rings are drained at once; at
@@ -86,7 +139,7 @@
 #define S_STATS_NS 1000000000ull  /* counts are rewritten at most once a second */
 
 enum { SR_INFO = 1, SR_REASON = 2, SR_CLOCK = 3, SR_THREAD = 4, SR_CODE = 5, SR_STACK = 6, SR_SAMPLES = 7,
-       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11 };
+       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11, SR_DUE = 12 };
 enum { SM_NONE = 0, SM_PERF = 1, SM_TIMER = 2 };
 
 /* sample flags (samplefile.py) */
@@ -133,6 +186,7 @@ typedef struct sthread {
     _Atomic uint32_t head;         /* slots written (handler) */
     _Atomic uint32_t tail;         /* slots drained (scanner) */
     _Atomic uint64_t taken, dropped, handler_ticks;
+    uint64_t due;                  /* perf: periods of CPU time its event counted (scanner), for samples lost */
     uint64_t stats_written;        /* taken + dropped at the last counts written */
     uw_thread_cache cache;
     s_sample ring[S_RING];
@@ -551,6 +605,7 @@ static sthread *s_new_state_locked(uint32_t tid)
     atomic_store(&st->dropped, 0);
     atomic_store(&st->handler_ticks, 0);
     st->stats_written = 0;
+    st->due = 0;
     memset(&st->cache, 0, sizeof st->cache);
     /* the thread's name */
     char path[64], name[32] = {0};
@@ -638,10 +693,13 @@ static int s_open_timer(sthread *st)
     return 0;
 }
 
+static void s_read_due(sthread *st);
+
 static void s_close_events(sthread *st)
 {
     atomic_store(&st->active, 0);
     if (st->fd >= 0) {
+        s_read_due(st);
         atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
         /* the program may have closed our descriptor (and reused its number): close only ours */
         char link[64], path[40];
@@ -971,6 +1029,15 @@ static void s_codes_locked(void)
     }
 }
 
+/* The periods of CPU time a perf event has counted so far: what the samples taken, dropped and lost
+   add up to (a signal not delivered, or delivered elsewhere, is lost). */
+static void s_read_due(sthread *st)
+{
+    uint64_t count;
+    if (st->fd >= 0 && s_period_ns && read(st->fd, &count, sizeof count) == (ssize_t)sizeof count)
+        st->due = count / s_period_ns;
+}
+
 static void s_stats_locked(int all)
 {
     for (uint32_t i = 0; i < s_nthreads; i++) {
@@ -983,6 +1050,11 @@ static void s_stats_locked(int all)
         unsigned char *p = s_record(SR_STATS, sizeof r);
         if (p) memcpy(p, &r, sizeof r);
         st->stats_written = taken + dropped;
+        s_read_due(st);
+        if (st->due) {
+            struct { uint32_t tid, serial; uint64_t due; } d = {st->tid, st->serial, st->due};
+            if ((p = s_record(SR_DUE, sizeof d))) memcpy(p, &d, sizeof d);
+        }
     }
 }
 
