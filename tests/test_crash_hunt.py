@@ -1,9 +1,10 @@
 """The crash hunt in the suite: each real training shape of ``benchmarks/crash_hunt.py`` profiled with
 the built-in collector's sampler, at the default rate and, for the shapes that stress the signal
 handler most, at 10 kHz.  One run each: the benchmark script makes the many runs that give rates
-(its table is in the closing notes and ``benchmarks/README.md``).  The torchrun gloo pair is left to
-the benchmark: ``tests/test_processes.py`` profiles it in the suite, with its own handling of gloo's
-abort at exit (pytorch#179291).
+(its table is in ``benchmarks/README.md``).  Left to the benchmark: the torchrun gloo pair
+(``tests/test_processes.py`` profiles one in the suite, with its own handling of gloo's abort at exit,
+pytorch#179291), Lightning validate-then-fit and the Hugging Face trainer (profiled by
+``tests/test_sampler_guest.py`` and ``tests/test_libraries.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ def _load_crash_hunt():
 
 hunt = _load_crash_hunt()
 
-CASES = [(name, 1000) for name in hunt.SCENARIOS if name != "torchrun_gloo_ddp"] + [
-    (name, 10000) for name in ("keras_fit", "library_reload", "thread_churn", "generators_recursion_exceptions")]
+#: Lightning validate-then-fit and the Hugging Face trainer are profiled in the suite already
+#: (tests/test_sampler_guest.py, tests/test_libraries.py)
+IN_SUITE_ELSEWHERE = ("torchrun_gloo_ddp", "lightning_validate_fit", "hf_trainer")
+CASES = [(name, 1000) for name in hunt.SCENARIOS if name not in IN_SUITE_ELSEWHERE] + [
+    (name, 10000) for name in ("library_reload", "thread_churn", "generators_recursion_exceptions")]
 
 
 @pytest.mark.slow

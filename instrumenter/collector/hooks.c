@@ -182,11 +182,14 @@ static int (*h_real_dlclose)(void *);
 
 typedef struct h_start { void *(*fn)(void *); void *arg; } h_start;
 
+static void sampler_thread_started(void);
+
 static void *h_thread_main(void *p)
 {
     h_start start = *(h_start *)p;
     free(p);
     h_thread_ready();
+    sampler_thread_started();
     return start.fn(start.arg);
 }
 

@@ -216,7 +216,13 @@ static uint32_t s_py_version;
 static uint64_t s_eval_start, s_eval_size;
 static uint32_t s_codes_written = 1;  /* code ids below it are in the file */
 static uint64_t s_maps_ns, s_stats_ns;
-static uint32_t s_unready_said, s_rearmed;
+static uint32_t s_rearmed;
+/* threads never made ready (hooks.c): seen in two scans in a row; their CPU time as last seen */
+#define S_UNREADY_MAX 64
+#define S_UNREADY_NOTE_NS 10000000ull    /* said at the end when they ran at least this much CPU time */
+typedef struct s_unready_thread { uint32_t tid; uint64_t cpu_ns; char name[20]; } s_unready_thread;
+static s_unready_thread s_unready[S_UNREADY_MAX];
+static uint32_t s_nunready;
 static unsigned long long s_dl_adds, s_dl_subs;
 static uint64_t s_maps_hash;
 static uint32_t s_maps_seq;
@@ -793,6 +799,54 @@ static void s_start_thread_locked(sthread *st)
     atomic_store(&st->active, 0);
 }
 
+/* A thread that is still not ready at its second scan: its CPU time so far (schedstat's first field). */
+static void s_note_unready(uint32_t tid)
+{
+    uint32_t i = 0;
+    while (i < s_nunready && s_unready[i].tid != tid) i++;
+    if (i == s_nunready) {
+        if (s_nunready == S_UNREADY_MAX) return;
+        s_unready[s_nunready].tid = tid;
+        s_unready[s_nunready].cpu_ns = 0;
+        s_thread_name(tid, s_unready[s_nunready].name, sizeof s_unready[0].name);
+        s_nunready++;
+    }
+    char path[64], text[96];
+    snprintf(path, sizeof path, "/proc/self/task/%u/schedstat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n > 0) {
+        text[n] = 0;
+        s_unready[i].cpu_ns = strtoull(text, NULL, 10);
+    }
+}
+
+/* At the end: the threads that could not be sampled, when they ran enough to matter. */
+static void s_unready_reason_locked(void)
+{
+    uint32_t count = 0;
+    uint64_t cpu = 0;
+    char names[96] = "";
+    for (uint32_t i = 0; i < s_nunready; i++) {
+        if (s_unready[i].cpu_ns < S_UNREADY_NOTE_NS) continue;
+        if (count < 3) {
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", count ? ", " : "", s_unready[i].name);
+        }
+        count++;
+        cpu += s_unready[i].cpu_ns;
+    }
+    if (!count) return;
+    char reason[600];
+    snprintf(reason, sizeof reason, "%u thread(s) (%s%s) ran %.2f s of CPU time unsampled: they were running before "
+             "sampling started, or a library started them as it was loaded, before autoitt could see their start, "
+             "so they have no alternate signal stack for the sampling signal (without one a sample could write into "
+             "memory that is not a stack)", count, names, count > 3 ? ", ..." : "", (double)cpu / 1e9);
+    s_reason_locked(reason);
+}
+
 static int s_cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -848,8 +902,7 @@ static void s_scan_locked(void)
        are counted */
     static uint32_t unready_before[256];
     static uint32_t n_unready_before;
-    uint32_t unready_now[256], n_unready_now = 0, unready = 0;
-    char names[3][20] = {"", "", ""};
+    uint32_t unready_now[256], n_unready_now = 0;
     h_release_ended(tids, n, s_cmp_u32);
     for (size_t k = 0; k < n; k++) {
         if (tids[k] == self) continue;
@@ -864,11 +917,8 @@ static void s_scan_locked(void)
         if (ending) continue;
         if (slot < 0) {
             /* counted when still not ready at the next scan (a new thread makes itself ready as it starts) */
-            for (uint32_t i = 0; i < n_unready_before; i++) {
-                if (unready_before[i] != tids[k]) continue;
-                if (unready < 3) s_thread_name(tids[k], names[unready], sizeof names[0]);
-                unready++;
-            }
+            for (uint32_t i = 0; i < n_unready_before; i++)
+                if (unready_before[i] == tids[k]) s_note_unready(tids[k]);
             if (n_unready_now < 256) unready_now[n_unready_now++] = tids[k];
             continue;
         }
@@ -880,16 +930,7 @@ static void s_scan_locked(void)
     free(tids);
     memcpy(unready_before, unready_now, n_unready_now * sizeof *unready_now);
     n_unready_before = n_unready_now;
-    if (unready > s_unready_said) {
-        char reason[480];
-        snprintf(reason, sizeof reason, "%u thread(s) were not sampled (%s%s%s%s%s%s): they were running before "
-                 "sampling started, or were not started through a pthread_create that autoitt could see (a library "
-                 "starting threads within 50 ms of being loaded), so they have no alternate signal stack, without "
-                 "which a sample could write into memory that is not a stack", unready, names[0], unready > 1 ? ", " : "",
-                 names[1], unready > 2 ? ", " : "", names[2], unready > 3 ? ", ..." : "");
-        s_reason_locked(reason);
-        s_unready_said = unready;
-    }
+
 
     /* link each thread to its trace buffer, for the tasks it has open */
     pthread_mutex_lock(&g_mutex);
@@ -1093,6 +1134,7 @@ static void s_drain_locked(int final)
         s_stats_ns = now;
     }
     if (final) {
+        s_unready_reason_locked();
         s_refresh_maps_locked();
         s_record(SR_END, 0);
     }
@@ -1208,6 +1250,7 @@ static void s_fork_child(void)
     if (!s_started) return;
     h_fork_child();
     atomic_store(&uw_closing, 0); /* a dlclose of another thread's, cut short by the fork */
+    s_nunready = 0;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -1334,6 +1377,29 @@ static void sampler_before_unload(void)
     if (!s_started || atomic_load(&s_finished)) return;
     pthread_mutex_lock(&s_mutex);
     if (s_fd >= 0) s_refresh_maps_locked();
+    pthread_mutex_unlock(&s_mutex);
+}
+
+/* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine): sampled
+   from its first instruction, not from the scanner's next listing (up to 50 ms later: short threads were
+   missed).  Only when s_mutex is free: a thread never waits for the scanner. */
+static void sampler_thread_started(void)
+{
+    if (!s_started || atomic_load(&s_finished) || pthread_mutex_trylock(&s_mutex) != 0) return;
+    uint32_t tid = current_tid();
+    int known = 0, gone;
+    for (uint32_t i = 0; i < s_nthreads && !known; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        known = st->in_use && st->tid == tid;
+    }
+    int slot = h_ready_slot(tid, &gone);
+    if (!known && slot >= 0 && !gone && s_mechanism != SM_NONE && !s_stopped_for_good) {
+        sthread *st = s_new_state_locked(tid);
+        if (st) {
+            st->ready = slot;
+            s_start_thread_locked(st);
+        }
+    }
     pthread_mutex_unlock(&s_mutex);
 }
 
