@@ -279,9 +279,8 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
         console.print(f"[yellow]note:[/yellow] sampling: {reason}")
     lost = sampling.get("lost") or 0
     if lost > 0.01 * (sampling["samples"] + lost):
-        console.print(f"[yellow]note:[/yellow] sampling: {lost} samples ({100 * lost / (sampling['samples'] + lost):.0f}% "
-                      "of the CPU time counted) were lost: their signal was not delivered (the program blocked it, "
-                      "or replaced its handler behind autoitt's back)")
+        console.print(f"[yellow]note:[/yellow] sampling: about {lost} samples ({100 * lost / (sampling['samples'] + lost):.0f}%) "
+                      "were lost while the program had replaced the sampling signal's handler behind autoitt's back")
 
 
 def _render_ranks(summary: Summary, console: Console) -> None:

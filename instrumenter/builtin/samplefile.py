@@ -110,8 +110,8 @@ kind  name       payload
                  (the thread's buffer was full), u64 record-clock ticks spent in the
                  signal handler: cumulative, the last record of an instance holds.
 11    end        empty: the process ended normally and the file is complete.
-12    due        u32 tid, u32 thread instance, u64 periods its perf event counted, as
-                 counts (taken + dropped + lost, a lost one's signal never delivered).
+12    lost       u32 tid, u32 thread instance, u64 samples lost while the program had
+                 replaced the handler (perf: estimated from the event's count), as counts.
 ===== ========== ===================================================================
 
 Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task
@@ -161,8 +161,8 @@ _INFO = struct.Struct("<IIIIQQQIIII")
 _CODE = struct.Struct("<IiIIII")
 _STATS = struct.Struct("<IIQQQ")
 
-R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_DUE = range(1, 13)
-_DUE = struct.Struct("<IIQ")
+R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = range(1, 13)
+_LOST = struct.Struct("<IIQ")
 
 #: One sample entry of a ``samples`` record.
 SAMPLE = np.dtype([("ticks", "<u8"), ("tid", "<u4"), ("stack", "<u4"), ("flags", "<u4"), ("weight", "<u4"),
@@ -188,7 +188,7 @@ class ThreadCounts:
     samples: int = 0
     dropped: int = 0
     handler_ns: int = 0  # time spent in the signal handler, summed
-    lost: int = 0  # perf: periods its event counted that gave no sample (signals not delivered)
+    lost: int = 0  # perf: samples lost while the program had replaced the handler (estimated)
 
 
 @dataclass
@@ -257,7 +257,7 @@ class SampleFile:
         return sum(c.dropped for c in self.counts.values())
 
     @property
-    def lost(self) -> int:  # perf: periods its events counted that gave no sample
+    def lost(self) -> int:  # perf: samples lost while the program had replaced the handler
         return sum(c.lost for c in self.counts.values())
 
     def mapping(self, address: int) -> Optional[Mapping]:
@@ -334,7 +334,7 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
     stacks_by_id: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
     maps: Dict[int, List[str]] = {}
     counts: Dict[Tuple[int, int], Tuple[int, int, int]] = {}
-    due: Dict[Tuple[int, int], int] = {}
+    lost: Dict[Tuple[int, int], int] = {}
     pos, size = header_size, len(data)
     mv = memoryview(data)
     try:
@@ -387,9 +387,9 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
             elif kind == R_STATS:
                 tid, serial, taken, dropped, handler_ticks = _STATS.unpack_from(data, p)
                 counts[(tid, serial)] = (taken, dropped, handler_ticks)
-            elif kind == R_DUE:
-                tid, serial, periods = _DUE.unpack_from(data, p)
-                due[(tid, serial)] = periods
+            elif kind == R_LOST:
+                tid, serial, samples = _LOST.unpack_from(data, p)
+                lost[(tid, serial)] = samples
             elif kind == R_END:
                 out.complete = True
             pos = end + (-length % 8)
@@ -435,7 +435,7 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
         c.samples += taken
         c.dropped += dropped
         c.handler_ns += int(handler_ticks * ns_per_tick)
-        c.lost += max(0, due.get((tid, serial), 0) - taken - dropped - 1)  # read moments apart: 1 is no loss
+        c.lost += lost.get((tid, serial), 0)
     return out
 
 

@@ -139,7 +139,7 @@
 #define S_STATS_NS 1000000000ull  /* counts are rewritten at most once a second */
 
 enum { SR_INFO = 1, SR_REASON = 2, SR_CLOCK = 3, SR_THREAD = 4, SR_CODE = 5, SR_STACK = 6, SR_SAMPLES = 7,
-       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11, SR_DUE = 12 };
+       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11, SR_LOST = 12 };
 enum { SM_NONE = 0, SM_PERF = 1, SM_TIMER = 2 };
 
 /* sample flags (samplefile.py) */
@@ -186,7 +186,9 @@ typedef struct sthread {
     _Atomic uint32_t head;         /* slots written (handler) */
     _Atomic uint32_t tail;         /* slots drained (scanner) */
     _Atomic uint64_t taken, dropped, handler_ticks;
-    uint64_t due;                  /* perf: periods of CPU time its event counted (scanner), for samples lost */
+    uint64_t due, due_taken;       /* perf: periods its event counted (user and kernel time) and samples taken,
+                                      at the last scan (scanner) */
+    uint64_t lost;                 /* estimated samples lost while the handler was not ours (scanner) */
     uint64_t stats_written;        /* taken + dropped at the last counts written */
     uw_thread_cache cache;
     s_sample ring[S_RING];
@@ -219,7 +221,8 @@ static uint64_t s_maps_ns, s_stats_ns;
 static uint32_t s_rearmed;
 /* threads never made ready (hooks.c): seen in two scans in a row; their CPU time as last seen */
 #define S_UNREADY_MAX 64
-#define S_UNREADY_NOTE_NS 10000000ull    /* said at the end when they ran at least this much CPU time */
+#define S_UNREADY_NOTE_NS 10000000ull    /* said at the end when they ran at least this much CPU time, */
+#define S_UNREADY_NOTE_SHARE 0.05        /* and this share of the CPU time sampled */
 typedef struct s_unready_thread { uint32_t tid; uint64_t cpu_ns; char name[20]; } s_unready_thread;
 static s_unready_thread s_unready[S_UNREADY_MAX];
 static uint32_t s_nunready;
@@ -611,7 +614,7 @@ static sthread *s_new_state_locked(uint32_t tid)
     atomic_store(&st->dropped, 0);
     atomic_store(&st->handler_ticks, 0);
     st->stats_written = 0;
-    st->due = 0;
+    st->due = st->due_taken = st->lost = 0;
     memset(&st->cache, 0, sizeof st->cache);
     /* the thread's name */
     char path[64], name[32] = {0};
@@ -699,13 +702,10 @@ static int s_open_timer(sthread *st)
     return 0;
 }
 
-static void s_read_due(sthread *st);
-
 static void s_close_events(sthread *st)
 {
     atomic_store(&st->active, 0);
     if (st->fd >= 0) {
-        s_read_due(st);
         atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
         /* the program may have closed our descriptor (and reused its number): close only ours */
         char link[64], path[40];
@@ -838,7 +838,9 @@ static void s_unready_reason_locked(void)
         count++;
         cpu += s_unready[i].cpu_ns;
     }
-    if (!count) return;
+    uint64_t sampled = 0;
+    for (uint32_t i = 0; i < s_nthreads; i++) sampled += atomic_load(&atomic_load(&s_threads[i])->taken);
+    if (!count || (double)cpu < S_UNREADY_NOTE_SHARE * (double)sampled * (double)s_period_ns) return;
     char reason[600];
     snprintf(reason, sizeof reason, "%u thread(s) (%s%s) ran %.2f s of CPU time unsampled: they were running before "
              "sampling started, or a library started them as it was loaded, before autoitt could see their start, "
@@ -1070,13 +1072,25 @@ static void s_codes_locked(void)
     }
 }
 
-/* The periods of CPU time a perf event has counted so far: what the samples taken, dropped and lost
-   add up to (a signal not delivered, or delivered elsewhere, is lost). */
-static void s_read_due(sthread *st)
+/* Each scan: the periods each perf event counted since the last one.  The count takes in the thread's
+ * kernel time, which is never sampled, so it is not what the samples add up to; but when the handler is
+ * found replaced (s_check_signal_locked), the samples lost in between are estimated from it: the periods
+ * of the window times the share of periods that gave a sample before. */
+static void s_read_due_locked(int handler_was_replaced)
 {
-    uint64_t count;
-    if (st->fd >= 0 && s_period_ns && read(st->fd, &count, sizeof count) == (ssize_t)sizeof count)
-        st->due = count / s_period_ns;
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        uint64_t count;
+        if (!st->in_use || st->fd < 0 || !s_period_ns || read(st->fd, &count, sizeof count) != (ssize_t)sizeof count)
+            continue;
+        uint64_t due = count / s_period_ns, taken = atomic_load(&st->taken) + atomic_load(&st->dropped);
+        if (handler_was_replaced && st->due && due > st->due) {
+            double share = (double)st->due_taken / (double)st->due;
+            st->lost += (uint64_t)((double)(due - st->due) * (share > 1 ? 1 : share) + 0.5);
+        }
+        st->due = due;
+        st->due_taken = taken;
+    }
 }
 
 static void s_stats_locked(int all)
@@ -1091,10 +1105,9 @@ static void s_stats_locked(int all)
         unsigned char *p = s_record(SR_STATS, sizeof r);
         if (p) memcpy(p, &r, sizeof r);
         st->stats_written = taken + dropped;
-        s_read_due(st);
-        if (st->due) {
-            struct { uint32_t tid, serial; uint64_t due; } d = {st->tid, st->serial, st->due};
-            if ((p = s_record(SR_DUE, sizeof d))) memcpy(p, &d, sizeof d);
+        if (st->lost) {
+            struct { uint32_t tid, serial; uint64_t lost; } d = {st->tid, st->serial, st->lost};
+            if ((p = s_record(SR_LOST, sizeof d))) memcpy(p, &d, sizeof d);
         }
     }
 }
@@ -1177,7 +1190,11 @@ static void s_check_signal_locked(void)
 {
     struct sigaction current;
     if (s_stopped_for_good || s_mechanism == SM_NONE || sigaction(s_signal, NULL, &current) != 0) return;
-    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == s_handler) return;
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == s_handler) {
+        s_read_due_locked(0);
+        return;
+    }
+    s_read_due_locked(1);
     h_set_chained(&current);
     if (s_install_handler() != 0) return;
     s_rearmed++;
