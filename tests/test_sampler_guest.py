@@ -93,6 +93,28 @@ def test_a_handler_installed_behind_sigactions_back_is_kept_and_sampling_re_arme
     assert 0 < sf.lost <= 60  # ignored until the next scan, at most 50 ms later
 
 
+def test_a_default_action_set_with_sa_siginfo_is_the_default_action_for_the_programs_signals(tmp_path):
+    # {SIG_DFL, SA_SIGINFO} set behind the hooks: the kernel reads it as the default action (SIGURG: ignore),
+    # and so must the collector once it takes it as the program's
+    done, _ = run_target(tmp_path, busy_script("""
+        import ctypes, os, signal, time, ittapi.compat as itt
+        libc = ctypes.CDLL(None)
+        sigaction = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+            ctypes.cast(libc.sigaction, ctypes.c_void_p).value)
+        act = (ctypes.c_char * 152)()
+        ctypes.memmove(ctypes.addressof(act) + 136, ctypes.byref(ctypes.c_int(4)), 4)  # sa_flags = SA_SIGINFO
+        itt.resume()
+        busy(0.05)
+        assert sigaction(signal.SIGURG, act, None) == 0
+        busy(0.15)  # the collector's scan finds it and puts its own handler back
+        for _ in range(3):
+            os.kill(os.getpid(), signal.SIGURG)
+        time.sleep(0.01)
+        print("survived")
+    """))
+    assert done.stdout == "survived\n"
+
+
 def test_threads_the_program_starts_run_their_samples_on_an_alternate_stack_and_keep_their_own(tmp_path):
     done, traces = run_target(tmp_path, busy_script("""
         import ctypes, threading, ittapi.compat as itt
@@ -114,7 +136,7 @@ def test_threads_the_program_starts_run_their_samples_on_an_alternate_stack_and_
         for t in threads: t.join()
         print(seen["w0"][0], seen["w0"][1], seen["w1"][2])
     """))
-    assert done.stdout.split() == ["True", str(64 << 10), "True"]
+    assert done.stdout.split() == ["True", str(256 << 10), "True"]
     sf = only_samples(traces)
     assert len({int(t) for t in sf.tid}) == 3
 

@@ -359,7 +359,7 @@ static void fd_room_init(void)
  * there is no room, -1 when `must` (the low one closed), else fd itself. */
 static int fd_out_of_the_way(int fd, int must)
 {
-    if (fd < 0 || (s_fd_base >= 0 && fd >= s_fd_base)) return fd;
+    if (fd < 0 || (s_fd_base >= 0 && fd >= s_fd_base && fd - s_fd_base < s_fd_room)) return fd;
     int moved = -1;
     struct rlimit rl, raised;
     if (s_fd_base >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -369,7 +369,11 @@ static int fd_out_of_the_way(int fd, int must)
         if ((raised.rlim_max == RLIM_INFINITY || raised.rlim_cur <= raised.rlim_max)
             && (raised.rlim_cur == rl.rlim_cur || setrlimit(RLIMIT_NOFILE, &raised) == 0)) {
             moved = fcntl(fd, F_DUPFD_CLOEXEC, s_fd_base);
-            if (raised.rlim_cur != rl.rlim_cur) setrlimit(RLIMIT_NOFILE, &rl);
+            /* put back, unless the program set a limit of its own meanwhile */
+            struct rlimit now;
+            if (raised.rlim_cur != rl.rlim_cur && getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == raised.rlim_cur
+                && now.rlim_max == raised.rlim_max)
+                setrlimit(RLIMIT_NOFILE, &rl);
         }
     }
     if (moved >= 0 && moved - s_fd_base >= s_fd_room) { close(moved); moved = -1; }

@@ -37,7 +37,8 @@
  */
 #include <elf.h>
 
-#define H_ALTSTACK_BYTES (64u << 10)        /* our handler needs < 8 KiB; the kernel's frame ~3 KiB with AVX-512 */
+#define H_ALTSTACK_BYTES (256u << 10)       /* our handler needs < 8 KiB and the kernel's frame ~3 KiB with AVX-512;
+                                               the program's own handlers run here too (h_forward): touched pages only */
 #define H_FOREIGN_ALTSTACK_MIN (32u << 10)  /* a program's own altstack at least this big is kept */
 #define H_PATCHED_MAX 4096
 
@@ -57,6 +58,7 @@ static _Atomic int h_ready_top;    /* slots in use are below it */
 typedef struct h_thread { void *alt; size_t alt_bytes; int slot; } h_thread;
 static pthread_key_t h_key;
 static int h_key_ok;
+#define H_EXITED ((h_thread *)1)    /* the key's value after its destructor: never made ready again */
 
 /* The key's destructor, on the exiting thread: not ready any more, then its altstack is given back
    (disabled first: a later signal of this thread runs on its own stack, which is a real stack by
@@ -64,7 +66,7 @@ static int h_key_ok;
 static void h_thread_gone(void *arg)
 {
     h_thread *h = arg;
-    if (!h) return;
+    if (!h || h == H_EXITED) return;
     atomic_store(&h_ready_threads[h->slot].gone, 1);
     if (h->alt) {
         stack_t off;
@@ -73,6 +75,8 @@ static void h_thread_gone(void *arg)
         if (sigaltstack(&off, NULL) == 0) munmap(h->alt, h->alt_bytes);
     }
     free(h);
+    /* an ITT call from another key's destructor, later in the thread's exit, makes it ready no more */
+    pthread_setspecific(h_key, H_EXITED);
 }
 
 /* The calling thread gets an alternate signal stack (its own, when it has a big enough one) and is
@@ -204,24 +208,35 @@ static int h_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void 
     return r;
 }
 
-/* The program's action for the sampling signal, double-buffered: sigaction() (async-signal-safe, so
-   maybe called from a handler) never waits, and the handler always reads a whole one. */
-static struct sigaction h_chained[2];
-static _Atomic int h_chained_index;
+/* The program's action for the sampling signal: write-once slots of a ring, the latest published by
+   index.  sigaction() is async-signal-safe (a handler may call it), so a writer never waits; a reader
+   copies a slot no writer touches until H_CHAINED more writes have been made. */
+#define H_CHAINED 16
+static struct sigaction h_chained[H_CHAINED];
+static _Atomic uint32_t h_chained_next, h_chained_index;
 static _Atomic int h_owned_signal;      /* the sampling signal once our handler is in place; 0: none */
 static _Atomic uint64_t h_forwarded;    /* signals passed on to the program's action */
 
+static void s_handler(int sig, siginfo_t *si, void *ucv);
+
+/* Whether an action would run our own handler (a program that saved it behind our hooks and sets it
+   back): never kept as the program's, it would call itself. */
+static int h_is_ours(const struct sigaction *act) { return (void *)act->sa_handler == (void *)s_handler; }
+
 static void h_set_chained(const struct sigaction *act)
 {
-    int next = 1 - atomic_load(&h_chained_index);
-    h_chained[next] = *act;
-    atomic_store(&h_chained_index, next);
+    if (h_is_ours(act)) return;
+    uint32_t slot = atomic_fetch_add(&h_chained_next, 1) % H_CHAINED;
+    h_chained[slot] = *act;
+    atomic_store(&h_chained_index, slot);
 }
+
+static struct sigaction h_get_chained(void) { return h_chained[atomic_load(&h_chained_index) % H_CHAINED]; }
 
 static int h_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     if (sig == 0 || sig != atomic_load(&h_owned_signal)) return h_real_sigaction(sig, act, old);
-    struct sigaction current = h_chained[atomic_load(&h_chained_index)];
+    struct sigaction current = h_get_chained();
     if (act) h_set_chained(act);
     if (old) *old = current;
     return 0;
@@ -249,10 +264,11 @@ static int h_ignored_by_default(int sig) { return sig == SIGURG || sig == SIGCHL
  * that ends the process ends it). */
 static void h_forward(int sig, siginfo_t *si, void *uc)
 {
-    struct sigaction a = h_chained[atomic_load(&h_chained_index)];
+    struct sigaction a = h_get_chained();
     atomic_fetch_add_explicit(&h_forwarded, 1, memory_order_relaxed);
-    if (!(a.sa_flags & SA_SIGINFO) && a.sa_handler == SIG_IGN) return;
-    if (!(a.sa_flags & SA_SIGINFO) && a.sa_handler == SIG_DFL) {
+    /* the kernel reads the handler field alike with or without SA_SIGINFO */
+    if (a.sa_handler == SIG_IGN || h_is_ours(&a)) return;
+    if (a.sa_handler == SIG_DFL) {
         if (h_ignored_by_default(sig)) return;
         struct sigaction dfl;
         memset(&dfl, 0, sizeof dfl);
@@ -268,8 +284,15 @@ static void h_forward(int sig, siginfo_t *si, void *uc)
         dfl.sa_handler = SIG_DFL;
         h_set_chained(&dfl);
     }
-    sigset_t saved;
-    pthread_sigmask(SIG_BLOCK, &a.sa_mask, &saved);
+    /* the mask the kernel would have set: the interrupted one, the action's, and the signal itself
+       unless SA_NODEFER (or SA_RESETHAND, which implies it) */
+    sigset_t mask, saved;
+    mask = ((ucontext_t *)uc)->uc_sigmask;
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&a.sa_mask, s) == 1) sigaddset(&mask, s);
+    if (a.sa_flags & (SA_NODEFER | SA_RESETHAND)) sigdelset(&mask, sig);
+    else sigaddset(&mask, sig);
+    pthread_sigmask(SIG_SETMASK, &mask, &saved);
     if (a.sa_flags & SA_SIGINFO) a.sa_sigaction(sig, si, uc);
     else a.sa_handler(sig);
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
@@ -281,9 +304,9 @@ static _Atomic uint32_t uw_generation;     /* bumped by each: the unwind caches 
 
 static void sampler_before_unload(void);
 
-static int h_dlclose(void *handle)
+/* The real dlclose, with no native walk running meanwhile and the unwind caches emptied after. */
+static int h_guarded_dlclose(void *handle)
 {
-    sampler_before_unload(); /* the map as it is, in the file, for the samples taken in what goes away */
     atomic_fetch_add(&uw_closing, 1);
     atomic_fetch_add(&uw_generation, 1);
     while (atomic_load(&uw_readers) != 0) sched_yield(); /* handlers in a walk: a few microseconds */
@@ -291,6 +314,12 @@ static int h_dlclose(void *handle)
     atomic_fetch_add(&uw_generation, 1);
     atomic_fetch_sub(&uw_closing, 1);
     return r;
+}
+
+static int h_dlclose(void *handle)
+{
+    sampler_before_unload(); /* the map as it is, in the file, for the samples taken in what goes away */
+    return h_guarded_dlclose(handle);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -465,7 +494,7 @@ static void h_patch_all(void)
         if (handle && dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_ld == k->dyn
             && map->l_addr == k->base)
             h_patch_object(k);
-        if (handle) h_real_dlclose(handle);
+        if (handle) h_guarded_dlclose(handle); /* the program may have let go of it meanwhile: ours is the last */
         free(k->name);
     }
     free(c.list);

@@ -355,7 +355,9 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
         }
         first = 0;
         if (Py_TYPE(view) != p_code_type) { *flags |= PYW_INVALID; break; }
-        if (_PyFrame_IsIncomplete(f)) continue;
+        /* _PyFrame_IsIncomplete, with the code object's field from view */
+        if (f->owner != FRAME_OWNED_BY_GENERATOR && f->prev_instr < _PyCode_CODE(co) + view->_co_firsttraceable)
+            continue;
         intptr_t lasti = f->prev_instr - _PyCode_CODE(co);
         if (lasti < -1 || lasti >= Py_SIZE(view)) lasti = -1;
         uint32_t id = code_id(co, view);

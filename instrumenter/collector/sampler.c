@@ -27,8 +27,10 @@
  *    runs for every signal of that number that is not a sample (a kill, a socket's SIGURG), so the
  *    program sees its own handler called exactly when it would be.  A replacement made behind
  *    those hooks is found by the scanner, kept as the chained action, and ours put back (said in a
- *    reason record).  SA_RESTART; the signal only ever interrupts a thread running in user mode
- *    (the event counts the thread's own CPU time), so sleeps and blocking reads see no EINTR;
+ *    reason record).  SA_RESTART; with perf the signal only ever interrupts a thread running in user
+ *    mode, so sleeps and blocking reads see no EINTR from it (POSIX CPU-time timers also count system
+ *    time and may interrupt a system call: calls the kernel never restarts, such as epoll_wait, can
+ *    then return EINTR, which is why perf is preferred);
  *  - SA_ONSTACK, and only threads that have an alternate signal stack are sampled: the signal's
  *    frame and our handler never touch the interrupted stack, which is not always a stack
  *    (oneDNN's GEMM kernels point rsp at a heap buffer).  A thread gets one as it starts (hooks.c's
@@ -219,6 +221,7 @@ static uint64_t s_eval_start, s_eval_size;
 static uint32_t s_codes_written = 1;  /* code ids below it are in the file */
 static uint64_t s_maps_ns, s_stats_ns;
 static uint32_t s_rearmed;
+static _Atomic int s_patch_wanted;         /* new objects were loaded: the hooks go in (h_patch_all) */
 /* threads never made ready (hooks.c): seen in two scans in a row; their CPU time as last seen */
 #define S_UNREADY_MAX 64
 #define S_UNREADY_NOTE_NS 10000000ull    /* said at the end when they ran at least this much CPU time, */
@@ -334,9 +337,13 @@ static void s_handler(int sig, siginfo_t *si, void *ucv)
         if (i < S_MAX_THREADS) st = atomic_load_explicit(&s_threads[i], memory_order_acquire);
         if (st && si->si_overrun > 0) weight += (uint32_t)si->si_overrun;
     } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && s_fd_base >= 0) {
+        /* any descriptor in our range is ours: a signal still on its way from an event just closed (its
+           entry cleared, its number maybe taken again by another thread's) is dropped, never passed on */
         int i = si->si_fd - s_fd_base;
-        if (i >= 0 && i < S_FD_TABLE) st = atomic_load_explicit(&s_by_fd[i], memory_order_acquire);
-        ours = st != NULL;
+        if (i >= 0 && i < s_fd_room && i < S_FD_TABLE) {
+            ours = 1;
+            st = atomic_load_explicit(&s_by_fd[i], memory_order_acquire);
+        }
     }
     if (!ours) {
         /* a kill, a socket's SIGURG, a timer of the program's: the program's action, as if it were installed */
@@ -344,9 +351,10 @@ static void s_handler(int sig, siginfo_t *si, void *ucv)
         h_forward(sig, si, ucv);
         return;
     }
-    /* a thread past its key's destructor (h_thread_gone) may have no altstack: not sampled */
-    if (st && atomic_load_explicit(&st->active, memory_order_acquire)
-        && h_still_ready(st->ready, st->tid))
+    /* a thread past its key's destructor (h_thread_gone) may have no altstack: not sampled; and a state is
+       written only by its own thread (a late signal may name another's) */
+    if (st && atomic_load_explicit(&st->active, memory_order_acquire) && h_still_ready(st->ready, st->tid)
+        && st->tid == (uint32_t)syscall(SYS_gettid))
         s_take(st, ucv, weight);
     errno = saved_errno;
 }
@@ -954,7 +962,7 @@ static void s_scan_locked(void)
     unsigned long long counts[2] = {s_dl_adds, s_dl_subs};
     dl_iterate_phdr(s_dl_counts, counts); /* the first object's call gives the counts: about a microsecond */
     if (counts[1] != s_dl_subs) atomic_fetch_add(&uw_generation, 2);
-    if (counts[0] != s_dl_adds) h_patch_all();
+    if (counts[0] != s_dl_adds) atomic_store(&s_patch_wanted, 1); /* by the scanner, without s_mutex */
     if (counts[0] != s_dl_adds || counts[1] != s_dl_subs
         || now_ns(CLOCK_MONOTONIC) - s_maps_ns > 5000000000ull)
         s_refresh_maps_locked();
@@ -1190,7 +1198,7 @@ static void s_check_signal_locked(void)
 {
     struct sigaction current;
     if (s_stopped_for_good || s_mechanism == SM_NONE || sigaction(s_signal, NULL, &current) != 0) return;
-    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == s_handler) {
+    if (h_is_ours(&current)) {
         s_read_due_locked(0);
         return;
     }
@@ -1222,6 +1230,9 @@ static void *s_scanner_main(void *arg)
             none = s_mechanism == SM_NONE; /* nothing to sample with: the reason is written, the end follows at exit */
         }
         pthread_mutex_unlock(&s_mutex);
+        /* not under s_mutex: patching pins objects with dlopen, which takes the loader's lock, and a library's
+           constructor or destructor, run under that lock, may need s_mutex (an ITT pause, a dlclose) */
+        if (atomic_exchange(&s_patch_wanted, 0)) h_patch_all();
         if (none) break;
         s_wait(g_forked ? S_SCAN_CHILD_NS : S_SCAN_NS);
     }
@@ -1328,12 +1339,23 @@ static void sampler_load(void)
 /* The first ITT call (__itt_api_init): starts sampling this process, once. */
 static void sampler_start(void)
 {
-    pthread_mutex_lock(&s_mutex);
-    if (s_started || s_hz == 0 || atomic_load(&g_exiting)) { pthread_mutex_unlock(&s_mutex); return; }
-    s_started = 1;
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+    if (s_hz == 0 || atomic_load(&g_exiting) || atomic_flag_test_and_set(&once)) return;
+    /* what looks symbols up (dlsym takes the loader's lock) before s_mutex: see s_scanner_main */
     *(void **)&uw_find_object = dlsym(RTLD_DEFAULT, "_dl_find_object");
     if (uw_find_object) { uw_dlfo warm; uw_find_object((void *)(uintptr_t)sampler_start, &warm); }
-    s_py = pyframes_init(s_py_reason, sizeof s_py_reason, &s_py_version, &s_eval_start, &s_eval_size);
+    uint32_t py_version;
+    uint64_t eval_start, eval_size;
+    char py_reason[sizeof s_py_reason];
+    int py = pyframes_init(py_reason, sizeof py_reason, &py_version, &eval_start, &eval_size);
+    int hooked = h_install();
+    pthread_mutex_lock(&s_mutex);
+    s_started = 1;
+    s_py = py;
+    s_py_version = py_version;
+    s_eval_start = eval_start;
+    s_eval_size = eval_size;
+    memcpy(s_py_reason, py_reason, sizeof s_py_reason);
     s_mechanism = s_force ? s_force : SM_PERF;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -1351,7 +1373,7 @@ static void sampler_start(void)
         return;
     }
     /* the hooks, then the handler before any event: a signal never meets the default action */
-    if (!h_install()) {
+    if (!hooked) {
         s_open_file_locked();
         s_reason_locked("no CPU-time sampling: the hooks that keep sampling safe (pthread_create, sigaction, "
                         "dlclose) could not be set up");
@@ -1384,6 +1406,7 @@ static void sampler_start(void)
                         "interrupted instruction only");
     }
     pthread_mutex_unlock(&s_mutex);
+    h_patch_all();
     s_start_scanner();
 }
 
@@ -1391,10 +1414,14 @@ static void sampler_start(void)
    samples saw in the library that goes away. */
 static void sampler_before_unload(void)
 {
+    int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
-    pthread_mutex_lock(&s_mutex);
-    if (s_fd >= 0) s_refresh_maps_locked();
-    pthread_mutex_unlock(&s_mutex);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* never cancelled holding s_mutex */
+    if (pthread_mutex_trylock(&s_mutex) == 0) { /* a dlclose never waits for the scanner (see s_scanner_main) */
+        if (s_fd >= 0) s_refresh_maps_locked();
+        pthread_mutex_unlock(&s_mutex);
+    }
+    pthread_setcancelstate(cancel, NULL);
 }
 
 /* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine): sampled
@@ -1402,7 +1429,13 @@ static void sampler_before_unload(void)
    missed).  Only when s_mutex is free: a thread never waits for the scanner. */
 static void sampler_thread_started(void)
 {
-    if (!s_started || atomic_load(&s_finished) || pthread_mutex_trylock(&s_mutex) != 0) return;
+    int cancel;
+    if (!s_started || atomic_load(&s_finished)) return;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* never cancelled holding s_mutex */
+    if (pthread_mutex_trylock(&s_mutex) != 0) {
+        pthread_setcancelstate(cancel, NULL);
+        return;
+    }
     uint32_t tid = current_tid();
     int known = 0, gone;
     for (uint32_t i = 0; i < s_nthreads && !known; i++) {
@@ -1410,7 +1443,7 @@ static void sampler_thread_started(void)
         known = st->in_use && st->tid == tid;
     }
     int slot = h_ready_slot(tid, &gone);
-    if (!known && slot >= 0 && !gone && s_mechanism != SM_NONE && !s_stopped_for_good) {
+    if (!known && slot >= 0 && !gone && s_mechanism != SM_NONE && !s_stopped_for_good && !atomic_load(&s_finished)) {
         sthread *st = s_new_state_locked(tid);
         if (st) {
             st->ready = slot;
@@ -1418,6 +1451,7 @@ static void sampler_thread_started(void)
         }
     }
     pthread_mutex_unlock(&s_mutex);
+    pthread_setcancelstate(cancel, NULL);
 }
 
 /* A thread's first ITT event (collector.c's attach_thread): a thread that was running before sampling
@@ -1430,10 +1464,16 @@ static void sampler_thread_attached(void)
 /* A pause or detach: what the rings hold goes to the file now. */
 static void sampler_drain(void)
 {
+    int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
-    pthread_mutex_lock(&s_mutex);
-    s_drain_locked(0);
-    pthread_mutex_unlock(&s_mutex);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* never cancelled holding s_mutex */
+    /* a pause from a library's constructor runs under the loader's lock: never wait for the scanner
+       (s_scanner_main); what it holds is drained at its next scan */
+    if (pthread_mutex_trylock(&s_mutex) == 0) {
+        s_drain_locked(0);
+        pthread_mutex_unlock(&s_mutex);
+    }
+    pthread_setcancelstate(cancel, NULL);
 }
 
 /* A normal exit: the events closed, the rest written with the map and the counts. */
