@@ -102,16 +102,30 @@ TORCH_WORKERS = _script("""
                 optimizer.step()
 """)
 
+#: validate, then fit: Lightning's teardown after validate() puts every signal handler back as Python's table has
+#: it, which used to leave the sampling signal at its default (no samples in fit at all); each step burns 20 ms of
+#: CPU, so that every step region has samples (tests/test_sampler_guest.py checks it)
 LIGHTNING_VALIDATE_FIT = _script("""
+    import time
+
     import torch
     import pytorch_lightning as pl
+
+    def burn(seconds):
+        end = time.thread_time() + seconds
+        total = 0
+        while time.thread_time() < end:
+            for i in range(2000):
+                total += i
+        return total
 
     class Model(pl.LightningModule):
         def __init__(self):
             super().__init__()
-            self.layer = torch.nn.Linear(16, 1)
+            self.layer = torch.nn.Linear(4, 1)
 
         def training_step(self, batch, index):
+            burn(0.02)
             return self.layer(batch[0]).sum()
 
         def validation_step(self, batch, index):
@@ -121,13 +135,14 @@ LIGHTNING_VALIDATE_FIT = _script("""
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     def loader():
-        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 16)), batch_size=8)
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(24, 4)), batch_size=4)
 
-    trainer = pl.Trainer(max_epochs=2, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=2, num_sanity_val_steps=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
     model = Model()
     trainer.validate(model, loader())
-    trainer.fit(model, loader(), loader())
+    trainer.fit(model, loader())
 """)
 
 HF_TRAINER = _script("""
@@ -237,7 +252,8 @@ SCENARIOS: Dict[str, Scenario] = {s.name: s for s in [
     Scenario("torch_dataloader_workers", TORCH_WORKERS),
     Scenario("lightning_validate_fit", LIGHTNING_VALIDATE_FIT),
     Scenario("hf_trainer", HF_TRAINER),
-    Scenario("torchrun_gloo_ddp", DDP_GLOO, launcher="torchrun --nproc_per_node 2"),
+    # torchrun beside this interpreter: autoitt looks a launcher up on PATH, which need not hold the venv's bin
+    Scenario("torchrun_gloo_ddp", DDP_GLOO, launcher=f"{Path(sys.executable).parent / 'torchrun'} --nproc_per_node 2"),
     Scenario("thread_churn", THREAD_CHURN),
     Scenario("generators_recursion_exceptions", GENERATORS_RECURSION_EXCEPTIONS),
     Scenario("library_reload", RELOAD, prepare=build_reload_libraries),

@@ -18,6 +18,7 @@ import pytest
 
 from instrumenter.builtin.samplefile import F_NO_STACK_MAP, read_sample_dir
 from tests.test_collector import run_target, target_env
+from tests.test_crash_hunt import hunt
 from tests.test_sampling import BUSY, REFUSE, only_samples, python_leaves
 
 PROCESS_VM_READV = 310  # x86-64
@@ -185,35 +186,11 @@ def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_pat
     assert len({int(t) for t in only_samples(traces).tid}) >= 5
 
 
-RELOAD = """
-import ctypes, _ctypes, os
-for i in range(60):
-    lib = ctypes.CDLL(os.path.abspath("liba.so" if i % 2 == 0 else "libb.so"))
-    lib.work(300000)
-    _ctypes.dlclose(lib._handle)
-print("ok")
-"""
-#: two libraries of different layout whose work() starts at the same offset: after a dlclose, the other
-#: one is loaded where the first was, and a stale unwind cache would read the first one's unmapped tables
-LIB_A = "int work(int n) { volatile int s = 0; for (int i = 0; i < n; i++) { s += i * 3; if (s & 1) s ^= n; } return s; }\n" + \
-    "\n".join(f"__attribute__((used)) static int pad{k}(int n) {{ volatile int s = {k}; for (int i = 0; i < n; i++) "
-              f"s ^= i + {k}; return s; }}" for k in range(400))
-LIB_B = "int work(int n) { volatile long s = 7; for (int i = 0; i < n; i++) { s = s * 31 + i; if (s & 2) s -= n; } " \
-        "return (int)s; }\n"
-
-
-def build_reload_libraries(folder: Path) -> None:
-    for name, source in (("liba", LIB_A), ("libb", LIB_B)):
-        (folder / f"{name}.c").write_text(source)
-        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(folder / f"{name}.so"), str(folder / f"{name}.c")],
-                       check=True)
-
-
 def test_libraries_unloaded_and_loaded_again_are_unwound_from_their_own_tables(tmp_path):
-    build_reload_libraries(tmp_path)
-    done, traces = run_target(tmp_path, "import ittapi.compat as itt\nitt.resume()\n" + RELOAD,
+    hunt.build_reload_libraries(tmp_path)
+    done, traces = run_target(tmp_path, "import ittapi.compat as itt\nitt.resume()\n" + hunt.RELOAD,
                               AUTOITT_SAMPLE_HZ="5000")
-    assert done.stdout == "ok\n"
+    assert done.stdout.strip() == hunt.DONE
     sf = only_samples(traces)
     assert len(sf) >= 100
 
@@ -239,52 +216,6 @@ def test_a_forked_child_samples_its_thread_without_the_parents_altstack_bookkeep
     assert not (child.flags & F_NO_STACK_MAP).any()
 
 
-#: validate, then fit: Lightning's teardown after validate() puts every signal handler back as Python's
-#: table has it, which used to leave the sampling signal at its default (no samples in fit at all)
-LIGHTNING_VALIDATE_THEN_FIT = textwrap.dedent("""\
-    import torch
-    import pytorch_lightning as pl
-
-
-    def burn(seconds):
-        import time
-        end = time.thread_time() + seconds
-        total = 0
-        while time.thread_time() < end:
-            for i in range(2000):
-                total += i
-        return total
-
-
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, index):
-            burn(0.02)
-            return self.layer(batch[0]).sum()
-
-        def validation_step(self, batch, index):
-            self.log("val", self.layer(batch[0]).sum())
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-    def loader():
-        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(24, 4)), batch_size=4)
-
-
-    trainer = pl.Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=2, num_sanity_val_steps=0,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
-    model = Model()
-    trainer.validate(model, loader())
-    trainer.fit(model, loader())
-    """)
-
-
 def step_spans(folder: Path):
     """(pid, tid, begin ns, end ns) of every `step` task of autoitt's domain in a result folder's traces."""
     from instrumenter.builtin.events import read_trace_dir
@@ -307,7 +238,7 @@ def step_spans(folder: Path):
 def test_lightning_validate_then_fit_has_samples_in_every_step(tmp_path):
     from tests.test_profile import autoitt
 
-    (tmp_path / "train.py").write_text(LIGHTNING_VALIDATE_THEN_FIT)
+    (tmp_path / "train.py").write_text(hunt.LIGHTNING_VALIDATE_FIT)
     done = autoitt("profile", "--backend", "builtin", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     spans = step_spans(tmp_path / "out")
@@ -332,4 +263,4 @@ def test_python_frames_are_read_through_page_probes_where_process_vm_readv_is_re
     assert done.stdout == "done\n"
     sf = only_samples(traces)
     leaves = python_leaves(sf, range(len(sf)))
-    assert sum(count for (qualname, _), count in leaves.items() if qualname == "busy") >= 200
+    assert sum(count for (qualname, _), count in leaves.items() if qualname == "busy") >= 150  # of ~300

@@ -60,6 +60,15 @@ static pthread_key_t h_key;
 static int h_key_ok;
 #define H_EXITED ((h_thread *)1)    /* the key's value after its destructor: never made ready again */
 
+/* Disables the calling thread's altstack and unmaps ours (a later signal runs on the thread's own stack). */
+static void h_give_back_altstack(void *mem, size_t bytes)
+{
+    stack_t off;
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    if (sigaltstack(&off, NULL) == 0) munmap(mem, bytes);
+}
+
 /* The key's destructor, on the exiting thread: not ready any more, then its altstack is given back
    (disabled first: a later signal of this thread runs on its own stack, which is a real stack by
    then, in glibc's exit path). */
@@ -68,12 +77,7 @@ static void h_thread_gone(void *arg)
     h_thread *h = arg;
     if (!h || h == H_EXITED) return;
     atomic_store(&h_ready_threads[h->slot].gone, 1);
-    if (h->alt) {
-        stack_t off;
-        memset(&off, 0, sizeof off);
-        off.ss_flags = SS_DISABLE;
-        if (sigaltstack(&off, NULL) == 0) munmap(h->alt, h->alt_bytes);
-    }
+    if (h->alt) h_give_back_altstack(h->alt, h->alt_bytes);
     free(h);
     /* an ITT call from another key's destructor, later in the thread's exit, makes it ready no more */
     pthread_setspecific(h_key, H_EXITED);
@@ -126,12 +130,7 @@ static void h_thread_ready(void)
     if (pthread_setspecific(h_key, h) != 0) { h_thread_gone(h); return; }
     return;
 undo:
-    if (h->alt) {
-        stack_t off;
-        memset(&off, 0, sizeof off);
-        off.ss_flags = SS_DISABLE;
-        if (sigaltstack(&off, NULL) == 0) munmap(h->alt, h->alt_bytes);
-    }
+    if (h->alt) h_give_back_altstack(h->alt, h->alt_bytes);
     free(h);
 }
 

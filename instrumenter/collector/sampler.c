@@ -850,10 +850,9 @@ static void s_unready_reason_locked(void)
     for (uint32_t i = 0; i < s_nthreads; i++) sampled += atomic_load(&atomic_load(&s_threads[i])->taken);
     if (!count || (double)cpu < S_UNREADY_NOTE_SHARE * (double)sampled * (double)s_period_ns) return;
     char reason[600];
-    snprintf(reason, sizeof reason, "%u thread(s) (%s%s) ran %.2f s of CPU time unsampled: they were running before "
-             "sampling started, or a library started them as it was loaded, before autoitt could see their start, "
-             "so they have no alternate signal stack for the sampling signal (without one a sample could write into "
-             "memory that is not a stack)", count, names, count > 3 ? ", ..." : "", (double)cpu / 1e9);
+    snprintf(reason, sizeof reason, "%u thread(s) (%s%s) ran %.2f s of CPU time unsampled: started before sampling or "
+             "by a library as it loaded, they have no alternate signal stack for the sampling signal",
+             count, names, count > 3 ? ", ..." : "", (double)cpu / 1e9);
     s_reason_locked(reason);
 }
 
