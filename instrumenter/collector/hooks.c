@@ -3,15 +3,16 @@
  * signal handlers and library unloading (included by sampler.c, after its state, before its
  * handler).  See sampler.c's "Signal-handler audit" for why each piece exists.
  *
- * How: when sampling starts, and after every dlopen, the GOT slots (R_X86_64_JUMP_SLOT and
- * GLOB_DAT relocations against an undefined symbol) of every loaded object but libc, the dynamic
- * loader, the vDSO and this library are pointed at the wrappers below for:
+ * How: when sampling starts, and when the scanner sees that objects were loaded since, the GOT slots
+ * (R_X86_64_JUMP_SLOT and GLOB_DAT relocations against an undefined symbol) of every loaded object
+ * but libc, the dynamic loader, the vDSO and this library are pointed at the wrappers below for:
  *  - pthread_create: the new thread first gives itself an alternate signal stack and says it is
  *    ready (h_thread_ready), then runs its start routine.  Only ready threads are ever sampled:
  *    the sampling signal is SA_ONSTACK, so its frame and our handler never touch the interrupted
  *    stack, which is not always a stack: oneDNN's x64 f32 GEMM kernels point rsp at a heap buffer
- *    (uxlfoundation/oneDNN#4845), and a signal frame written there corrupts the heap (Keras fit
- *    aborted in 4 of 8 profiles that way).  Altstacks are per thread and not inherited.
+ *    (uxlfoundation/oneDNN#4845), and a signal frame written there corrupts the heap (a Keras fit
+ *    sampled from its start aborted 8 times in 8 that way, and 0 in 8 with the altstack; see
+ *    benchmarks/README.md).  Altstacks are per thread and not inherited.
  *  - sigaction, signal: the sampling signal's handler stays ours for good.  What the program
  *    installs for that signal is kept as its chained action: our handler takes the samples (only
  *    signals from our own events: si_fd of one of ours, or si_value of one of our timers) and
