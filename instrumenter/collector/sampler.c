@@ -483,27 +483,14 @@ static char *s_read_maps(size_t *len)
     return buf;
 }
 
-/* Whether a maps line is an executable mapping; its fields. */
-static int s_parse_maps_line(const char *line, uintptr_t *start, uintptr_t *end, uint32_t *flags)
+/* Whether a /proc/self/maps line is a well-formed executable mapping (the reader names addresses with them). */
+static int s_exec_maps_line(const char *line)
 {
     char *p;
-    *start = strtoull(line, &p, 16);
+    strtoull(line, &p, 16);
     if (*p != '-') return 0;
-    *end = strtoull(p + 1, &p, 16);
-    if (*p != ' ' || strlen(p) < 6) return 0;
-    const char *perms = p + 1;
-    *flags = (perms[0] == 'r' ? UWM_READ : 0) | (perms[2] == 'x' ? UWM_EXEC : 0);
-    /* offset dev inode path */
-    const char *q = perms + 5;
-    for (int field = 0; field < 3 && *q; field++) {
-        while (*q == ' ') q++;
-        const char *f = q;
-        while (*q && *q != ' ' && *q != '\n') q++;
-        if (field == 2 && strtoull(f, NULL, 10) != 0) *flags |= UWM_FILE;
-    }
-    while (*q == ' ') q++;
-    if (strncmp(q, "[stack]", 7) == 0) *flags |= UWM_STACK;
-    return 1;
+    strtoull(p + 1, &p, 16);
+    return *p == ' ' && strlen(p) >= 6 && p[3] == 'x';
 }
 
 /* Reads the map again: a MAPS record when the executable mappings changed (for the reader: the
@@ -519,9 +506,7 @@ static void s_refresh_maps_locked(void)
         for (char *line = text; *line;) {
             char *nl = strchr(line, '\n');
             size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
-            uintptr_t start, end;
-            uint32_t flags;
-            if (s_parse_maps_line(line, &start, &end, &flags) && (flags & UWM_EXEC)) {
+            if (s_exec_maps_line(line)) {
                 memcpy(exec + exec_len, line, n);
                 exec_len += n;
             }
@@ -567,13 +552,11 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
             char *nl = memchr(buf + used, '\n', have - used);
             if (!nl) break;
             size_t n = (size_t)(nl - (buf + used)) + 1;
-            uintptr_t start, end;
-            uint32_t flags;
             char saved = buf[used + n - 1];
             buf[used + n - 1] = 0;
-            int ok = s_parse_maps_line(buf + used, &start, &end, &flags);
+            int ok = s_exec_maps_line(buf + used);
             buf[used + n - 1] = saved;
-            if (ok && (flags & UWM_EXEC) && out_len + n <= part_cap) { memcpy(out + out_len, buf + used, n); out_len += n; }
+            if (ok && out_len + n <= part_cap) { memcpy(out + out_len, buf + used, n); out_len += n; }
             used += n;
         }
         int last = r <= 0 || (used == 0 && have == half);

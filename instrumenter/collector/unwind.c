@@ -12,16 +12,17 @@
  *  - only what walking needs is tracked: the CFA, the return address and rbp (for a caller
  *    frame every other register is unknown; the interrupted frame has all of them);
  *  - every memory read of the walk (saved registers, DW_OP_deref) is bounds-checked against
- *    the interrupted thread's stack mapping, so a wrong rule or a garbage register ends the
- *    walk instead of faulting;
+ *    [rsp, top of the interrupted thread's own stack) (bounds the thread gave itself, hooks.c),
+ *    so a wrong rule or a garbage register ends the walk instead of faulting;
  *  - per thread, a cache maps a pc to its rule when the rule is the common simple kind (CFA =
  *    rsp|rbp + k, return address and rbp saved at CFA-relative slots), and another the FDEs of
- *    the functions it unwound (a cold search of libtorch_cpu.so's table costs 2-4 us in a VM).
+ *    the functions it unwound (a cold search of libtorch_cpu.so's table costs 2-4 us in a VM);
+ *    both are emptied after a library is unloaded (uw_generation, hooks.c's dlclose).
  *
  * Code without unwind information (JIT code: oneDNN's kernels, or anything _dl_find_object does
  * not know) ends a walk.  Then the walk looks for a way back into known code: it scans the
- * stack upwards from that frame for a word that is a return address into a loaded object (in
- * an executable file mapping, right after a call instruction, with an FDE) and resumes the
+ * stack upwards from that frame for a word that is a return address into a loaded object (inside
+ * a function an FDE covers, right after a call instruction) and resumes the
  * walk there as if that frame had just been returned to (rsp = the word's address + 8).  Such
  * a restart is a heuristic (a stale return address left in the JIT frame's stack space would
  * give wrong outer frames); samples that used it are flagged.
@@ -51,11 +52,6 @@ typedef struct uw_dlfo {
 } uw_dlfo;
 static int (*uw_find_object)(void *pc, uw_dlfo *result);
 
-/* Mapping flags of /proc/self/maps lines (sampler.c parses them for the file; the walk uses no map). */
-#define UWM_EXEC 1u
-#define UWM_FILE 2u
-#define UWM_READ 4u
-#define UWM_STACK 8u
 static _Atomic long uw_readers;                /* handlers in a native walk (hooks.c's dlclose waits for 0) */
 
 typedef struct uw_cache_entry {
