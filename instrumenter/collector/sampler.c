@@ -90,7 +90,10 @@
  * Known residual hazards: a dlclose through a path the hooks cannot see (a raw syscall-level unmap,
  * a dlsym'ed dlclose) concurrent with a walk of that library's frames; a foreign altstack smaller
  * than our handler's needs installed by the program after ours (we keep ours only if it is at
- * least 32 KiB when the thread becomes ready).
+ * least 32 KiB when the thread becomes ready).  Outside the handler: lazy binding in a program's
+ * library, resolving a slot at the moment we patch it, can write over the hook (threads created
+ * through that slot are then not sampled); s_pick_signal and catch_fatal_signals read a handler
+ * set with SA_SIGINFO as taken even when it is SIG_DFL (a signal is passed over, nothing more).
  *
  * The fatal-signal path (sampler_fatal, from collector.c's handler for SIGTERM, SIGSEGV, ...) is
  * best effort: it try-locks s_mutex (a single compare-and-swap in glibc: it never waits; when the
