@@ -171,16 +171,21 @@ def test_many_threads_under_a_small_limit_on_open_files_open_theirs_as_without_a
 
 
 def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_path):
+    # (a thread's perf event is opened at the lowest free number, then moved at once: an open() of the
+    # program's in that moment could find the number taken, so the threads are all started by then)
     done, traces = run_target(tmp_path, busy_script("""
-        import os, threading, ittapi.compat as itt
+        import os, threading, time, ittapi.compat as itt
         itt.resume()
         before = os.open(os.devnull, os.O_RDONLY); os.close(before)
-        threads = [threading.Thread(target=busy, args=(0.05,)) for _ in range(8)]
+        threads = [threading.Thread(target=busy, args=(0.2,)) for _ in range(8)]
         for t in threads: t.start()
-        busy(0.1)
-        after = os.open(os.devnull, os.O_RDONLY)
+        time.sleep(0.12)  # the scanner has listed them all
+        after = []
+        for _ in range(5):
+            fd = os.open(os.devnull, os.O_RDONLY); after.append(fd); os.close(fd)
+            busy(0.01)
         for t in threads: t.join()
-        print(before == after)
+        print(all(fd == before for fd in after))
     """))
     assert done.stdout == "True\n"
     assert len({int(t) for t in only_samples(traces).tid}) >= 5

@@ -851,7 +851,19 @@ static int s_cmp_u32(const void *a, const void *b)
 /* Lists the threads: new ones get an event, gone ones lose theirs. */
 static void s_scan_locked(void)
 {
-    DIR *dir = opendir("/proc/self/task");
+    /* one listing descriptor for the process's life, out of the program's low numbers (each scan
+       opening its own would take the lowest free number for a moment, which the program's own
+       open() could find taken) */
+    static DIR *dir;
+    static uint32_t dir_pid;
+    if (dir && dir_pid != g_pid) { closedir(dir); dir = NULL; } /* a forked child's copy lists its parent */
+    if (!dir) {
+        int fd = fd_out_of_the_way(open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC), 0);
+        if (fd >= 0 && !(dir = fdopendir(fd))) close(fd);
+        dir_pid = g_pid;
+    } else {
+        rewinddir(dir);
+    }
     if (!dir) return;
     uint32_t *tids = NULL;
     size_t n = 0, cap = 0;
@@ -865,8 +877,12 @@ static void s_scan_locked(void)
         }
         tids[n++] = (uint32_t)strtoul(e->d_name, NULL, 10);
     }
-    closedir(dir);
-    if (!tids) return;
+    if (!tids) {
+        /* the program closed our descriptor (closerange): open another at the next scan; the old DIR is
+           left, never closed, since its number may be the program's by now */
+        if (fcntl(dirfd(dir), F_GETFD) < 0) dir = NULL;
+        return;
+    }
     qsort(tids, n, sizeof *tids, s_cmp_u32);
     uint32_t self = atomic_load(&s_scanner_tid);
 
