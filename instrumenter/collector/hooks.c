@@ -215,7 +215,8 @@ static int h_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void 
 static struct sigaction h_chained[H_CHAINED];
 static _Atomic uint32_t h_chained_next, h_chained_index;
 static _Atomic int h_owned_signal;      /* the sampling signal once our handler is in place; 0: none */
-static _Atomic uint64_t h_forwarded;    /* signals passed on to the program's action */
+
+static const struct sigaction h_default; /* all zero: SIG_DFL, no flags, empty mask */
 
 static void s_handler(int sig, siginfo_t *si, void *ucv);
 
@@ -265,31 +266,20 @@ static int h_ignored_by_default(int sig) { return sig == SIGURG || sig == SIGCHL
 static void h_forward(int sig, siginfo_t *si, void *uc)
 {
     struct sigaction a = h_get_chained();
-    atomic_fetch_add_explicit(&h_forwarded, 1, memory_order_relaxed);
     /* the kernel reads the handler field alike with or without SA_SIGINFO */
     if (a.sa_handler == SIG_IGN || h_is_ours(&a)) return;
     if (a.sa_handler == SIG_DFL) {
         if (h_ignored_by_default(sig)) return;
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        h_real_sigaction(sig, &dfl, NULL);
+        h_real_sigaction(sig, &h_default, NULL);
         atomic_store(&h_owned_signal, 0);
         raise(sig); /* blocked while we run: delivered, with its default action, when we return */
         return;
     }
-    if (a.sa_flags & SA_RESETHAND) {
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        h_set_chained(&dfl);
-    }
+    if (a.sa_flags & SA_RESETHAND) h_set_chained(&h_default);
     /* the mask the kernel would have set: the interrupted one, the action's, and the signal itself
        unless SA_NODEFER (or SA_RESETHAND, which implies it) */
     sigset_t mask, saved;
-    mask = ((ucontext_t *)uc)->uc_sigmask;
-    for (int s = 1; s < NSIG; s++)
-        if (sigismember(&a.sa_mask, s) == 1) sigaddset(&mask, s);
+    sigorset(&mask, &((ucontext_t *)uc)->uc_sigmask, &a.sa_mask);
     if (a.sa_flags & (SA_NODEFER | SA_RESETHAND)) sigdelset(&mask, sig);
     else sigaddset(&mask, sig);
     pthread_sigmask(SIG_SETMASK, &mask, &saved);

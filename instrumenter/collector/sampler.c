@@ -205,7 +205,7 @@ static int s_signal_wanted;        /* AUTOITT_SAMPLE_SIGNAL */
 static int s_force;                /* AUTOITT_SAMPLE_MECHANISM */
 static int s_signal;
 static int s_mechanism = SM_PERF;
-static int s_started, s_stopped_for_good;
+static int s_started;
 static _Atomic int s_finished, s_stop;
 static pthread_t s_scanner;
 static int s_scanner_running;
@@ -577,6 +577,22 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
 /* ------------------------------------------------------------------------- */
 /* Threads: opening and closing their events.                                */
 
+/* A thread's name (comm), terminated; its length, 0 (and "") if it cannot be read. */
+static size_t s_thread_name(uint32_t tid, char *name, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    name[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, name, size - 1);
+    close(fd);
+    if (n <= 0) { name[0] = 0; return 0; }
+    if (name[n - 1] == '\n') n--;
+    name[n] = 0;
+    return (size_t)n;
+}
+
 static sthread *s_new_state_locked(uint32_t tid)
 {
     uint64_t now = now_ns(CLOCK_MONOTONIC);
@@ -610,35 +626,11 @@ static sthread *s_new_state_locked(uint32_t tid)
     st->stats_written = 0;
     st->due = st->due_taken = st->lost = 0;
     memset(&st->cache, 0, sizeof st->cache);
-    /* the thread's name */
-    char path[64], name[32] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, name, sizeof name - 1);
-        close(fd);
-        if (n > 0 && name[n - 1] == '\n') name[--n] = 0;
-        if (n > 0) {
-            unsigned char *p = s_record(SR_THREAD, 8 + (size_t)n);
-            if (p) { uint32_t head[2] = {tid, 0}; memcpy(p, head, 8); memcpy(p + 8, name, (size_t)n); }
-        }
-    }
+    char name[32];
+    size_t n = s_thread_name(tid, name, sizeof name);
+    unsigned char *p = n ? s_record(SR_THREAD, 8 + n) : NULL;
+    if (p) { uint32_t head[2] = {tid, 0}; memcpy(p, head, 8); memcpy(p + 8, name, n); }
     return st;
-}
-
-/* A thread's name (comm), "?" if it cannot be read. */
-static void s_thread_name(uint32_t tid, char *name, size_t size)
-{
-    char path[64];
-    snprintf(name, size, "?");
-    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    ssize_t n = read(fd, name, size - 1);
-    close(fd);
-    if (n <= 0) { snprintf(name, size, "?"); return; }
-    name[n] = 0;
-    if (name[n - 1] == '\n') name[n - 1] = 0;
 }
 
 static int s_open_perf(sthread *st)
@@ -802,7 +794,8 @@ static void s_note_unready(uint32_t tid)
         if (s_nunready == S_UNREADY_MAX) return;
         s_unready[s_nunready].tid = tid;
         s_unready[s_nunready].cpu_ns = 0;
-        s_thread_name(tid, s_unready[s_nunready].name, sizeof s_unready[0].name);
+        if (!s_thread_name(tid, s_unready[s_nunready].name, sizeof s_unready[0].name))
+            snprintf(s_unready[s_nunready].name, sizeof s_unready[0].name, "?");
         s_nunready++;
     }
     char path[64], text[96];
@@ -1198,7 +1191,7 @@ static int s_install_handler(void)
 static void s_check_signal_locked(void)
 {
     struct sigaction current;
-    if (s_stopped_for_good || s_mechanism == SM_NONE || sigaction(s_signal, NULL, &current) != 0) return;
+    if (s_mechanism == SM_NONE || sigaction(s_signal, NULL, &current) != 0) return;
     if (h_is_ours(&current)) {
         s_read_due_locked(0);
         return;
@@ -1364,20 +1357,16 @@ static void sampler_start(void)
     pthread_cond_init(&s_wake, &attr);
     pthread_condattr_destroy(&attr);
     s_signal = s_pick_signal();
-    if (!s_signal) {
+    const char *no_sampling = NULL;
+    if (!s_signal)
+        no_sampling = "no CPU-time sampling: the program handles every signal the sampler could use "
+                      "(SIGURG, SIGPROF, SIGRTMIN+6..8; AUTOITT_SAMPLE_SIGNAL names another)";
+    else if (!hooked) /* the hooks, then the handler before any event: a signal never meets the default action */
+        no_sampling = "no CPU-time sampling: the hooks that keep sampling safe (pthread_create, sigaction, "
+                      "dlclose) could not be set up";
+    if (no_sampling) {
         s_open_file_locked();
-        s_reason_locked("no CPU-time sampling: the program handles every signal the sampler could use "
-                        "(SIGURG, SIGPROF, SIGRTMIN+6..8; AUTOITT_SAMPLE_SIGNAL names another)");
-        s_mechanism = SM_NONE;
-        s_info_locked();
-        pthread_mutex_unlock(&s_mutex);
-        return;
-    }
-    /* the hooks, then the handler before any event: a signal never meets the default action */
-    if (!hooked) {
-        s_open_file_locked();
-        s_reason_locked("no CPU-time sampling: the hooks that keep sampling safe (pthread_create, sigaction, "
-                        "dlclose) could not be set up");
+        s_reason_locked(no_sampling);
         s_mechanism = SM_NONE;
         s_info_locked();
         pthread_mutex_unlock(&s_mutex);
@@ -1444,7 +1433,7 @@ static void sampler_thread_started(void)
         known = st->in_use && st->tid == tid;
     }
     int slot = h_ready_slot(tid, &gone);
-    if (!known && slot >= 0 && !gone && s_mechanism != SM_NONE && !s_stopped_for_good && !atomic_load(&s_finished)) {
+    if (!known && slot >= 0 && !gone && s_mechanism != SM_NONE && !atomic_load(&s_finished)) {
         sthread *st = s_new_state_locked(tid);
         if (st) {
             st->ready = slot;
