@@ -107,6 +107,8 @@ def test_a_real_run_counts_cpu_time_and_page_faults_per_step_and_samples_tiny_st
     counted = task_counters(found_traces, found, [OWN])
     step, tiny = counted["step"], counted["tiny"]
     assert step["count"] == 6
-    assert step["cpu_s"] >= 6 * 0.005 and 0.5 <= step["cpu_utilization"] <= 1.5  # one busy thread
+    # One busy thread: about a core, less when the machine is loaded (0.49 seen while a suite ran beside it),
+    # never two.
+    assert step["cpu_s"] >= 6 * 0.005 and 0.2 <= step["cpu_utilization"] <= 1.5
     assert step["page_faults_per_instance"] >= 1000
     assert 1 <= tiny["count"] < 20000 / 5

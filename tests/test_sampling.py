@@ -260,7 +260,7 @@ def test_samples_say_whether_collection_was_paused(tmp_path):
     _, traces = run_target(tmp_path, script("""
         import ittapi.compat as itt
         itt.pause()        # the first ITT call attaches the collector; collection stays paused
-        busy(0.2)
+        busy(0.4)          # long enough that the scanner's first listing (later under load) comes well inside it
         itt.resume()
         busy(0.2)
         itt.pause()
