@@ -33,16 +33,16 @@ class Writer:
     """Writes a samples file record by record, as the module docstring describes it."""
 
     def __init__(self, pid: int = 100, ppid: int = 1, flags: int = 0, ticks: int = 1_000, mono: int = 1_000) -> None:
-        self.data = bytearray(struct.pack("<8sIIIIIIQQ", b"AITSAMPL", 1, 48, pid, ppid, flags, 0, ticks, mono))
+        self.data = bytearray(struct.pack("<8sIIIIIIQQ", b"AITSAMPL", 2, 48, pid, ppid, flags, 0, ticks, mono))
 
     def record(self, kind: int, payload: bytes) -> "Writer":
         self.data += struct.pack("<II", kind, len(payload)) + payload + b"\0" * (-len(payload) % 8)
         return self
 
     def info(self, hz=1000, mechanism=1, signal=23, python=1, eval_start=EVAL, eval_size=0x1000,
-             py_version=0x030B07F0) -> "Writer":
-        return self.record(1, struct.pack("<IIIIQQQIIII", hz, mechanism, signal, python, 10**9 // hz, eval_start,
-                                          eval_size, py_version, 128, 64, 64))
+             py_version=0x030B07F0, cold_start=0, cold_size=0) -> "Writer":
+        return self.record(1, struct.pack("<IIIIQQQIIIIQQ", hz, mechanism, signal, python, 10**9 // hz, eval_start,
+                                          eval_size, py_version, 128, 64, 64, cold_start, cold_size))
 
     def clock(self, ticks: int, mono: int) -> "Writer":
         return self.record(3, struct.pack("<QQ", ticks, mono))
@@ -206,6 +206,20 @@ def test_samples_are_read_into_per_sample_arrays_with_their_stacks(tmp_path):
     assert sf.dropped == 1 and sf.reason is None
     assert sf.mapping(0x7f00_0000_0100).path == "/usr/lib/libtorch_cpu.so"
     assert sf.is_interpreter(EVAL + 0x500) and not sf.is_interpreter(0x7f00_0000_0100)
+
+
+def test_frames_in_the_evaluators_cold_part_are_evaluator_frames(tmp_path):
+    # Debian's CPython 3.13/3.14: most of _PyEval_EvalFrameDefault is a symbol-less ".cold" part elsewhere
+    cold = EVAL + 0x8000
+    code = busy.__code__
+    lasti = lasti_of_line(code, BUSY_LOOP)[0]
+    path = (Writer().info(cold_start=cold, cold_size=0x2000).code(1, code).maps(1, MAPS)
+            .stack(1, [EVAL + 0x20000, cold + 0x11, 0x5555_0000_0101], [(1, lasti, True)])
+            .samples(Writer.entry(10, 1)).write(tmp_path / "s.bin"))
+    sf = read_sample_file(path)
+    assert sf.eval_ranges == ((EVAL, EVAL + 0x1000), (cold, cold + 0x2000))
+    # the Python frame takes the cold part's place; the interpreter's code under it stays (what the line did)
+    assert sf.stacks == [(("native", 0x5555_0000_0100), ("py", 1, BUSY_LOOP), ("native", EVAL + 0x20000))]
 
 
 def test_samples_on_the_same_line_share_one_stack(tmp_path):

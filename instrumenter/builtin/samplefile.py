@@ -13,8 +13,8 @@ other than a create), every sampled thread is interrupted about
 
 * native frames, up to 128, unwound with ``.eh_frame``; after code without
   unwind information (JIT kernels) a walk resumes at most twice (bit 9);
-* Python frames, up to 64, as (code object, last instruction), on CPython 3.11
-  (elsewhere none, and a reason record says so); each code object's names and
+* Python frames, up to 64, as (code object, instruction), on CPython 3.11 to
+  3.15 (elsewhere none, and a reason record says so); each code object's names and
   line table are written once, and lines are computed here;
 * the thread's innermost open ITT task, and its innermost open task of an
   *own* domain (``AUTOITT_OWN_DOMAINS``, default ``autoitt.train``), else the
@@ -70,9 +70,10 @@ kind  name       payload
                  timers), u32 signal number, u32 Python frames (0 none: no Python in
                  the process, 1 yes, 2 unsupported version), u64 period (ns), u64
                  address and u64 size of ``_PyEval_EvalFrameDefault`` (0: unknown),
-                 u32 running Python's ``Py_Version``, u32 max native frames, u32 max
-                 Python frames, u32 buffer slots per thread.  Written at the start
-                 and again whenever the mechanism changes; the last one holds.
+                 u32 ``Py_Version``, u32 max native frames, u32 max Python frames,
+                 u32 buffer slots per thread, u64 address and u64 size of the
+                 evaluator's cold part (0: none found).  Written at the start and
+                 again whenever the mechanism changes; the last one holds.
 2     reason     UTF-8 text: why samples are fewer or poorer than asked (perf refused,
                  a small limit on open files, Python unsupported, threads not sampled,
                  the signal's handler replaced behind the collector's back), or absent.
@@ -154,15 +155,14 @@ __all__ = ["SampleFile", "SampleFormatError", "Code", "Mapping", "ThreadCounts",
            "read_sample_dir", "merge_frames", "line_ranges", "parse_maps", "Frame", "SAMPLE"]
 
 MAGIC = b"AITSAMPL"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct("<8sIIIIIIQQ")
 _RECORD = struct.Struct("<II")
-_INFO = struct.Struct("<IIIIQQQIIII")
+_INFO = struct.Struct("<IIIIQQQIIIIQQ")
 _CODE = struct.Struct("<IiIIII")
 _STATS = struct.Struct("<IIQQQ")
-
-R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = range(1, 13)
 _LOST = struct.Struct("<IIQ")
+R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = range(1, 13)
 
 #: One sample entry of a ``samples`` record.
 SAMPLE = np.dtype([("ticks", "<u8"), ("tid", "<u4"), ("stack", "<u4"), ("flags", "<u4"), ("weight", "<u4"),
@@ -230,8 +230,8 @@ class SampleFile:
     maps: List[List[Mapping]] = field(default_factory=list)
     thread_names: Dict[int, str] = field(default_factory=dict)
     counts: Dict[int, ThreadCounts] = field(default_factory=dict)
-    #: ``_PyEval_EvalFrameDefault``: [start, end), if known
-    eval_range: Optional[Tuple[int, int]] = None
+    #: ``_PyEval_EvalFrameDefault``'s code, as [start, end) ranges: its symbol's, then its cold part's
+    eval_ranges: Tuple[Tuple[int, int], ...] = ()
     _merged: Optional[List[Tuple[Frame, ...]]] = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -271,9 +271,9 @@ class SampleFile:
 
     def is_interpreter(self, address: int) -> bool:
         """Whether ``address`` is in the file holding ``_PyEval_EvalFrameDefault`` (libpython, or python)."""
-        if self.eval_range is None:
+        if not self.eval_ranges:
             return False
-        here, interpreter = self.mapping(address), self.mapping(self.eval_range[0])
+        here, interpreter = self.mapping(address), self.mapping(self.eval_ranges[0][0])
         return here is not None and interpreter is not None and here.path == interpreter.path
 
     @property
@@ -281,7 +281,7 @@ class SampleFile:
         """Each distinct stack, its native and Python frames interleaved (:func:`merge_frames`), outermost
         first; native frames as lookup addresses (the call instruction's, the interrupted one's)."""
         if self._merged is None:
-            start, end = self.eval_range or (0, 0)
+            ranges = self.eval_ranges
             interpreter_cache: Dict[int, bool] = {}
 
             def is_interpreter(address: int) -> bool:
@@ -290,7 +290,7 @@ class SampleFile:
                     found = interpreter_cache[address] = self.is_interpreter(address)
                 return found
 
-            self._merged = [merge_frames(native, python, lambda a: start <= a < end, is_interpreter)
+            self._merged = [merge_frames(native, python, lambda a: any(s <= a < e for s, e in ranges), is_interpreter)
                             for native, python in zip(self.native_stacks, self.python_stacks)]
         return self._merged
 
@@ -370,12 +370,12 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
                 stacks_by_id[1 << 31 | len(raw)] = (words[:n_native].copy(), words[n_native:].copy())
             elif kind == R_INFO:
                 (hz, mechanism, sig, python, period, eval_start, eval_size, py_version, _mn, _mp,
-                 _ring) = _INFO.unpack_from(data, p)
+                 _ring, cold_start, cold_size) = _INFO.unpack_from(data, p)
                 out.rate_hz, out.period_ns, out.signal = hz, period, sig
                 out.mechanism = MECHANISMS.get(mechanism, str(mechanism))
                 out.python = PYTHON.get(python, str(python))
                 out.python_version = (py_version >> 24, (py_version >> 16) & 0xFF) if py_version else None
-                out.eval_range = (eval_start, eval_start + eval_size) if eval_start and eval_size else None
+                out.eval_ranges = tuple((a, a + n) for a, n in ((eval_start, eval_size), (cold_start, cold_size)) if a and n)
             elif kind == R_REASON:
                 out.reasons.append(bytes(data[p:p + length]).decode("utf-8", "replace"))
             elif kind == R_THREAD:

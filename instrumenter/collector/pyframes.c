@@ -1,11 +1,21 @@
 /*
  * The sampler's Python frames: the interrupted thread's CPython frame chain, read from inside
  * the sampling signal's handler (see sampler.c).  Built against the running interpreter's
- * headers, internal ones included (Py_BUILD_CORE), for CPython 3.11: its
- * tstate->cframe->current_frame chain of _PyInterpreterFrame.  3.12 keeps cframe but marks
- * C-level entries differently and 3.13 moved the chain (tstate->current_frame, f_executable):
- * neither is handled here, so on any other version than the one built for, walks give nothing
- * and pyframes_init says why.
+ * headers, internal ones included (Py_BUILD_CORE), on CPython 3.11 to 3.15, so every struct
+ * layout is the build's own; what differs between versions is named once, in the PYF_* macros
+ * below (the design note: README "Python versions"):
+ *   3.11      tstate->cframe->current_frame; f_code, prev_instr; entry frames flagged is_entry
+ *   3.12      the same chain, but a C call into the evaluator pushes a shim frame owned by
+ *             FRAME_OWNED_BY_CSTACK (on the C stack) instead of flagging is_entry
+ *   3.13      tstate->current_frame; f_executable (a code object, None for the shim), instr_ptr
+ *   3.14-15   f_executable is a tagged _PyStackRef; the shim is FRAME_OWNED_BY_INTERPRETER and
+ *             every owner from it up is no Python frame
+ * A walk turns a shim into the is_entry flag of the Python frame above it, so the reader sees one
+ * format.  On 3.13 and later the interpreter also publishes its own offsets (_Py_DebugOffsets, at
+ * the start of _PyRuntime, for debuggers and profilers): pyframes_init compares them with the
+ * compiled ones and refuses to walk where any differs (a collector built against other headers
+ * than the running interpreter's).  A free-threaded build (Py_GIL_DISABLED) is refused too: its
+ * frames run thread-local bytecode that this reader does not locate.
  *
  * Nothing here links to libpython: its symbols are looked up with dlsym at init (the collector
  * is also loaded into processes without Python), and only struct layouts and inline helpers of
@@ -18,7 +28,8 @@
  *  - a frame must lie in one of the thread's data-stack chunks (a popped chunk is unlinked
  *    before it is freed), or be a generator's frame (owned by a live generator while it runs);
  *    its code object must be a PyCode_Type object; the depth is capped;
- *  - frames that are incomplete (before their first instruction) are skipped.
+ *  - frames that are incomplete (before their first instruction) are skipped; shim frames (3.12+)
+ *    live on the C stack and are read through a checked copy.
  * Lines are not computed here: a frame is recorded as (code id, last instruction), and each
  * code object's line table is copied once, so the reader computes lines offline.
  *
@@ -45,11 +56,49 @@
 
 #include "pyframes.h"
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-#include "internal/pycore_frame.h"
+#define PYF_FIRST 0x030B0000 /* 3.11 */
+#define PYF_AFTER 0x03100000 /* 3.16: not read (its layout is not known yet) */
+#if PY_VERSION_HEX >= PYF_FIRST && PY_VERSION_HEX < PYF_AFTER && !defined(Py_GIL_DISABLED)
 #define PYF_BUILT 1
+#if PY_VERSION_HEX >= 0x030E0000
+#include "internal/pycore_interpframe.h"
+#else
+#include "internal/pycore_frame.h"
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+#include "internal/pycore_runtime.h"
+#endif
 #else
 #define PYF_BUILT 0
+#endif
+
+#if PYF_BUILT
+/* What differs between versions: the thread's innermost frame, a frame's code object and instruction
+   pointer (the last instruction run up to 3.12, the one running from 3.13), and what marks an entry. */
+#if PY_VERSION_HEX < 0x030D0000
+#define PYF_CURRENT(ts) ((ts)->cframe && !((uintptr_t)(ts)->cframe & 7) ? (ts)->cframe->current_frame : NULL)
+#define PYF_CODE(f) ((f)->f_code)
+#define PYF_INSTR(f) ((f)->prev_instr)
+#else
+#define PYF_CURRENT(ts) ((ts)->current_frame)
+#define PYF_INSTR(f) ((f)->instr_ptr)
+#if PY_VERSION_HEX < 0x030E0000
+#define PYF_CODE(f) ((PyCodeObject *)(f)->f_executable)
+#else
+/* a _PyStackRef: the object's address with tag bits in the low two */
+#define PYF_CODE(f) ((PyCodeObject *)((f)->f_executable.bits & ~(uintptr_t)3))
+#endif
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+#define PYF_IS_SHIM(f) 0
+#define PYF_IS_ENTRY(f) ((f)->is_entry)
+#elif PY_VERSION_HEX < 0x030E0000
+#define PYF_IS_SHIM(f) ((f)->owner == FRAME_OWNED_BY_CSTACK)
+#define PYF_IS_ENTRY(f) 0
+#else
+#define PYF_IS_SHIM(f) ((f)->owner >= FRAME_OWNED_BY_INTERPRETER)
+#define PYF_IS_ENTRY(f) 0
+#endif
 #endif
 
 #define CODE_SLOTS PYFRAMES_MAX_CODES    /* code objects: the table's capacity */
@@ -82,6 +131,38 @@ static int (*p_is_finalizing)(void);
 static PyTypeObject *p_code_type, *p_unicode_type, *p_bytes_type;
 #endif
 
+#if PYF_BUILT
+/* What the running interpreter lays out otherwise than the compiled headers (NULL: nothing we read).  From
+   3.13 the interpreter says itself, in _Py_DebugOffsets at the start of _PyRuntime (a data symbol,
+   exported); before 3.13 there is nothing to compare with, and the version check is all. */
+static const char *layout_differs(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    const _Py_DebugOffsets *d = dlsym(RTLD_DEFAULT, "_PyRuntime");
+    if (!d || memcmp(d->cookie, _Py_Debug_Cookie, sizeof d->cookie) != 0) return "_PyRuntime (no debug offsets' cookie)";
+    if ((d->version >> 16) != ((uint64_t)PY_VERSION_HEX >> 16) || d->free_threaded) return "_PyRuntime (another version)";
+    if (d->thread_state.current_frame != offsetof(PyThreadState, current_frame)
+        || d->thread_state.datastack_chunk != offsetof(PyThreadState, datastack_chunk))
+        return "its thread states";
+    if (d->interpreter_frame.previous != offsetof(_PyInterpreterFrame, previous)
+        || d->interpreter_frame.executable != offsetof(_PyInterpreterFrame, f_executable)
+        || d->interpreter_frame.instr_ptr != offsetof(_PyInterpreterFrame, instr_ptr)
+        || d->interpreter_frame.owner != offsetof(_PyInterpreterFrame, owner))
+        return "its frames";
+    if (d->code_object.filename != offsetof(PyCodeObject, co_filename)
+        || d->code_object.qualname != offsetof(PyCodeObject, co_qualname)
+        || d->code_object.linetable != offsetof(PyCodeObject, co_linetable)
+        || d->code_object.firstlineno != offsetof(PyCodeObject, co_firstlineno)
+        || d->code_object.co_code_adaptive != offsetof(PyCodeObject, co_code_adaptive))
+        return "its code objects";
+    if (d->unicode_object.length != offsetof(PyASCIIObject, length) || d->unicode_object.state != offsetof(PyASCIIObject, state)
+        || d->unicode_object.asciiobject_size != sizeof(PyASCIIObject))
+        return "its strings";
+#endif
+    return NULL;
+}
+#endif
+
 int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, uint64_t *eval_start,
                   uint64_t *eval_size)
 {
@@ -99,24 +180,43 @@ int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, u
         *eval_start = (uint64_t)(uintptr_t)eval;
         *eval_size = sym->st_size;
     }
-    if (!PYF_BUILT || !version || (*version >> 16) != ((unsigned long)PY_VERSION_HEX >> 16)) {
-        char running[32] = "before 3.11";
-        if (version) snprintf(running, sizeof running, "%lu.%lu", *version >> 24, (*version >> 16) & 0xff);
+    char running[32] = "before 3.11";
+    if (version) snprintf(running, sizeof running, "%lu.%lu", *version >> 24, (*version >> 16) & 0xff);
+#if !PYF_BUILT
+    snprintf(reason, reason_size,
+             "Python frames are read on CPython 3.11 to 3.15 without free threading; this process runs Python %s%s: "
+             "samples have native frames only", running,
+#ifdef Py_GIL_DISABLED
+             " (free-threaded)"
+#else
+             ""
+#endif
+    );
+    return g_status = PYF_UNSUPPORTED;
+#else
+    if (!version || (*version >> 16) != ((unsigned long)PY_VERSION_HEX >> 16)) {
         snprintf(reason, reason_size,
-                 "Python frames need CPython %d.%d (the collector was built for it; 3.11 is the only version "
-                 "it supports) but this process runs Python %s: samples have native frames only",
+                 "Python frames: autoitt's collector was built for CPython %d.%d but this process runs Python %s "
+                 "(install autoitt with the interpreter that runs the script): samples have native frames only",
                  PY_MAJOR_VERSION, PY_MINOR_VERSION, running);
         return g_status = PYF_UNSUPPORTED;
     }
-#if PYF_BUILT
     p_this_tstate = (PyThreadState * (*)(void)) this_tstate;
-    *(void **)&p_is_finalizing = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+    /* public from 3.13; the private name before (and gone since) */
+    *(void **)&p_is_finalizing = dlsym(RTLD_DEFAULT, PY_VERSION_HEX >= 0x030D0000 ? "Py_IsFinalizing" : "_Py_IsFinalizing");
     p_code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     p_unicode_type = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
     p_bytes_type = dlsym(RTLD_DEFAULT, "PyBytes_Type");
     if (!p_code_type || !p_unicode_type || !p_bytes_type || !p_is_finalizing) {
         snprintf(reason, reason_size, "Python frames: the interpreter does not export what they need "
-                 "(PyCode_Type, _Py_IsFinalizing): samples have native frames only");
+                 "(PyCode_Type, Py_IsFinalizing): samples have native frames only");
+        return g_status = PYF_UNSUPPORTED;
+    }
+    const char *differs = layout_differs();
+    if (differs) {
+        snprintf(reason, reason_size, "Python frames: the running CPython %s lays out %s otherwise than the headers "
+                 "autoitt's collector was built with (reinstall autoitt with this interpreter): samples have native "
+                 "frames only", running, differs);
         return g_status = PYF_UNSUPPORTED;
     }
     if (!g_slots) {
@@ -134,8 +234,6 @@ int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, u
         g_arena = arena;
     }
     return g_status = PYF_OK;
-#else
-    return g_status = PYF_UNSUPPORTED;
 #endif
 }
 
@@ -173,8 +271,12 @@ static uint32_t copy_str(PyObject *o, unsigned char *out, uint32_t cap)
     const void *where;
     if (a->state.compact && a->state.ascii) where = (PyASCIIObject *)o + 1;
     else if (a->state.compact) where = (PyCompactUnicodeObject *)o + 1;
+#if PY_VERSION_HEX < 0x030C0000
     else if (a->state.ready) where = head.data.any;
     else return 0;
+#else
+    else where = head.data.any; /* 3.12 dropped the not-ready (legacy) strings */
+#endif
     if (!where || len < 0 || (kind != 1 && kind != 2 && kind != 4)) return 0;
     if (len > (Py_ssize_t)cap) len = cap; /* a character is at least one byte of out */
     /* in pieces of 256 characters: a small buffer on the signal stack (which may be a program's own
@@ -315,19 +417,21 @@ static int probe_read(const void *src, void *dst, size_t n)
     return ok;
 }
 
-/* Whether f can be read: in one of the thread's data-stack chunks, or a generator's frame.  A frame
-   outside the chunks is probed before it is read: the frame the thread is popping can be in a chunk
-   _PyThreadState_PopFrame has just unlinked and unmapped, while cframe->current_frame still points at
-   it (ceval updates it after the pop).  Reading it directly crashed 1 run in 16. */
-static int frame_readable(PyThreadState *ts, _PyInterpreterFrame *f)
+/* f as it can be read: f itself when it lies in one of the thread's data-stack chunks, else a checked copy
+   of it in *copy when it is a generator's frame or a shim (3.12+: on the C stack of a running
+   _PyEval_EvalFrameDefault), else NULL.  A frame outside the chunks is probed before it is read: the
+   frame the thread is popping can be in a chunk _PyThreadState_PopFrame has just unlinked and unmapped,
+   while the current frame still points at it (ceval updates it after the pop).  Reading it directly
+   crashed 1 run in 16 on 3.11. */
+static const _PyInterpreterFrame *frame_view(PyThreadState *ts, _PyInterpreterFrame *f, _PyInterpreterFrame *copy)
 {
     uintptr_t a = (uintptr_t)f;
-    if (a < 4096 || (a & 7) || a >= ((uintptr_t)1 << 47)) return 0;
+    if (a < 4096 || (a & 7) || a >= ((uintptr_t)1 << 47)) return NULL;
     int n = 0;
     for (_PyStackChunk *c = ts->datastack_chunk; c && n < 256; c = c->previous, n++)
-        if (a >= (uintptr_t)c && a + sizeof(_PyInterpreterFrame) <= (uintptr_t)c + c->size) return 1;
-    _PyInterpreterFrame copy;
-    return probe_read(f, &copy, sizeof copy) && copy.owner == FRAME_OWNED_BY_GENERATOR;
+        if (a >= (uintptr_t)c && a + sizeof(_PyInterpreterFrame) <= (uintptr_t)c + c->size) return f;
+    if (!probe_read(f, copy, sizeof *copy)) return NULL;
+    return copy->owner == FRAME_OWNED_BY_GENERATOR || PYF_IS_SHIM(copy) ? copy : NULL;
 }
 
 int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
@@ -336,17 +440,26 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
     if (g_status != PYF_OK || p_is_finalizing()) return 0;
     PyThreadState *ts = p_this_tstate();
     if (!ts || ((uintptr_t)ts & 7)) return 0;
-    _PyCFrame *cframe = ts->cframe;
-    if (!cframe || ((uintptr_t)cframe & 7)) return 0;
-    int n = 0, first = 1;
-    for (_PyInterpreterFrame *f = cframe->current_frame; f; f = f->previous) {
+    int n = 0, run = 0, first = 1, steps = 0;
+    _PyInterpreterFrame frame_copy;
+    for (_PyInterpreterFrame *f = PYF_CURRENT(ts), *next; f; f = next) {
         if (n == max) { *flags |= PYW_TRUNCATED; break; }
-        if (!frame_readable(ts, f)) { *flags |= PYW_INVALID; break; }
-        PyCodeObject *co = f->f_code;
+        /* shims do not count in n: a chain that loops through them must still end */
+        if (++steps > 2 * max + 16) { *flags |= PYW_INVALID; break; }
+        const _PyInterpreterFrame *v = frame_view(ts, f, &frame_copy);
+        if (!v) { *flags |= PYW_INVALID; break; }
+        next = v->previous;
+        if (PYF_IS_SHIM(v)) {
+            /* the Python frame above it began this C call of the evaluator: 3.11's is_entry */
+            if (run) out[n - 1] |= 1u;
+            run = 0;
+            continue;
+        }
+        PyCodeObject *co = PYF_CODE(v);
         if (!co || ((uintptr_t)co & 7)) { *flags |= PYW_INVALID; break; }
         /* Every frame holds a reference to its code object but the innermost one, which may be in
-           _PyFrame_Clear: its f_code released (maybe freed) before current_frame moves on.  So its code
-           object is read through a checked copy; the outer ones are alive. */
+           _PyFrame_Clear: its code object released (maybe freed) before the current frame moves on.  So its
+           code object is read through a checked copy; the outer ones are alive. */
         PyCodeObject copy;
         const PyCodeObject *view = co;
         if (first) {
@@ -356,13 +469,15 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
         first = 0;
         if (Py_TYPE(view) != p_code_type) { *flags |= PYW_INVALID; break; }
         /* _PyFrame_IsIncomplete, with the code object's field from view */
-        if (f->owner != FRAME_OWNED_BY_GENERATOR && f->prev_instr < _PyCode_CODE(co) + view->_co_firsttraceable)
+        const _Py_CODEUNIT *instr = PYF_INSTR(v);
+        if (v->owner != FRAME_OWNED_BY_GENERATOR && instr < _PyCode_CODE(co) + view->_co_firsttraceable)
             continue;
-        intptr_t lasti = f->prev_instr - _PyCode_CODE(co);
+        intptr_t lasti = instr - _PyCode_CODE(co);
         if (lasti < -1 || lasti >= Py_SIZE(view)) lasti = -1;
         uint32_t id = code_id(co, view);
         if (!id) *flags |= PYW_UNKNOWN_CODE;
-        out[n++] = (uint64_t)id << 32 | (uint32_t)((lasti + 1) << 1) | (f->is_entry ? 1u : 0u);
+        out[n++] = (uint64_t)id << 32 | (uint32_t)((lasti + 1) << 1) | (PYF_IS_ENTRY(v) ? 1u : 0u);
+        run++;
     }
     return n;
 }

@@ -132,7 +132,7 @@
 #include "unwind.c"
 
 #define S_MAGIC "AITSAMPL"
-#define S_VERSION 1u
+#define S_VERSION 2u
 #define S_MAX_NATIVE 128
 #define S_MAX_PY 64
 #define S_RING 128                /* samples buffered per thread between two drains (128 ms at 1 kHz) */
@@ -221,6 +221,7 @@ static int s_py;
 static char s_py_reason[320];
 static uint32_t s_py_version;
 static uint64_t s_eval_start, s_eval_size;
+static uint64_t s_eval_cold_start, s_eval_cold_size; /* its cold partition (s_eval_cold_part) */
 static uint32_t s_codes_written = 1;  /* code ids below it are in the file */
 static uint64_t s_maps_ns, s_stats_ns;
 static uint32_t s_rearmed;
@@ -419,14 +420,69 @@ static void s_info_locked(void)
         uint32_t hz, mechanism, signal, python;
         uint64_t period_ns, eval_start, eval_size;
         uint32_t py_version, max_native, max_py, ring;
+        uint64_t eval_cold_start, eval_cold_size;
     } info = {(uint32_t)s_hz, (uint32_t)s_mechanism, (uint32_t)s_signal, (uint32_t)s_py, s_period_ns,
-              s_eval_start, s_eval_size, s_py_version, S_MAX_NATIVE, S_MAX_PY, S_RING};
+              s_eval_start, s_eval_size, s_py_version, S_MAX_NATIVE, S_MAX_PY, S_RING, s_eval_cold_start,
+              s_eval_cold_size};
     s_write_record(s_fd, SR_INFO, &info, sizeof info, NULL, 0);
 }
 
 static void s_reason_locked(const char *text)
 {
     if (s_fd >= 0) s_write_record(s_fd, SR_REASON, text, strlen(text), NULL, 0);
+}
+
+/* _PyEval_EvalFrameDefault's cold partition, [*start, *start + *size) (0, 0: none found).  GCC splits a
+ * function's rarely run blocks (by profile, in PGO builds: Debian's) into a part of its own, "f.cold",
+ * with an FDE of its own and, in a stripped binary, no symbol: the dynamic symbol covers only the hot
+ * part.  On Debian's 3.13 and 3.14 the cold part is most of the evaluator (77 KB against 2.4 KB), so a
+ * sampled stack's evaluator frames lie there, and the reader would not know them for evaluator frames
+ * (it matches Python frames to them).  The cold part is found as the FDE that the hot part's near jumps
+ * (jcc rel32, jmp rel32: a function jumps only within itself, or to another function's start in a tail
+ * call) land in most often, outside the hot part, in the same object, not at an exported symbol.  The
+ * bytes are scanned without decoding instructions, so a rel32 may be read out of another instruction's
+ * bytes: such a target lands at random, and an FDE needs three landings to count. */
+static void s_eval_cold_part(uint64_t hot, uint64_t size, uint64_t *start, uint64_t *cold_size)
+{
+    *start = *cold_size = 0;
+    if (!hot || size < 6 || size > (1u << 24) || !uw_find_object) return;
+    Dl_info hot_info;
+    if (!dladdr((void *)(uintptr_t)hot, &hot_info)) return;
+    enum { CANDIDATES = 16 };
+    struct { uintptr_t begin, end; int hits; } seen[CANDIDATES] = {{0, 0, 0}};
+    const uint8_t *code = (const uint8_t *)(uintptr_t)hot;
+    for (uint64_t i = 0; i + 5 <= size; i++) {
+        uint64_t after;
+        int32_t rel;
+        if (code[i] == 0xe9) { memcpy(&rel, code + i + 1, 4); after = i + 5; }
+        else if (code[i] == 0x0f && (code[i + 1] & 0xf0) == 0x80 && i + 6 <= size) { memcpy(&rel, code + i + 2, 4); after = i + 6; }
+        else continue;
+        uintptr_t target = (uintptr_t)(hot + after + (int64_t)rel);
+        if (target >= hot && target < hot + size) continue;
+        int k = 0;
+        while (k < CANDIDATES && seen[k].hits && !(target >= seen[k].begin && target < seen[k].end)) k++;
+        if (k == CANDIDATES) continue;
+        if (!seen[k].hits) {
+            uw_cie cie;
+            uintptr_t begin, end;
+            const uint8_t *insns, *insns_end;
+            Dl_info info;
+            if (!uw_find_fde(target, &cie, &begin, &insns, &insns_end, &end)) continue;
+            if (!dladdr((void *)target, &info) || info.dli_fbase != hot_info.dli_fbase
+                || (info.dli_saddr && (uintptr_t)info.dli_saddr == begin))
+                continue;
+            seen[k].begin = begin;
+            seen[k].end = end;
+        }
+        seen[k].hits++;
+    }
+    int best = -1;
+    for (int k = 0; k < CANDIDATES; k++)
+        if (seen[k].hits >= 3 && (best < 0 || seen[k].hits > seen[best].hits)) best = k;
+    if (best >= 0) {
+        *start = seen[best].begin;
+        *cold_size = seen[best].end - seen[best].begin;
+    }
 }
 
 static void s_open_file_locked(void)
@@ -1342,6 +1398,8 @@ static void sampler_start(void)
     uint64_t eval_start, eval_size;
     char py_reason[sizeof s_py_reason];
     int py = pyframes_init(py_reason, sizeof py_reason, &py_version, &eval_start, &eval_size);
+    uint64_t eval_cold_start, eval_cold_size;
+    s_eval_cold_part(eval_start, eval_size, &eval_cold_start, &eval_cold_size);
     int hooked = h_install();
     pthread_mutex_lock(&s_mutex);
     s_started = 1;
@@ -1349,6 +1407,8 @@ static void sampler_start(void)
     s_py_version = py_version;
     s_eval_start = eval_start;
     s_eval_size = eval_size;
+    s_eval_cold_start = eval_cold_start;
+    s_eval_cold_size = eval_cold_size;
     memcpy(s_py_reason, py_reason, sizeof s_py_reason);
     s_mechanism = s_force ? s_force : SM_PERF;
     pthread_condattr_t attr;
