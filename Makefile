@@ -1,4 +1,4 @@
-# Two commands do all set-up on a fresh machine (Python 3.10+ with venv):
+# Two commands do all set-up on a fresh machine (Python 3.11+ with venv; Debian's apt for the version matrix):
 #   make demo   profile the PyTorch sample (instrument, run with the built-in ITT collector, summarize)
 #   make test   run the whole test suite
 # Both create .venv and install autoitt with its test extra on first use.
@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/autoitt profile --backend builtin samples/torch_train.py
 
+# the suite on 3.11 with every framework, then on the other versions that install here (README, "Python versions")
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+	scripts/version_matrix.sh
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_instrument.py
@@ -30,4 +32,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_memory.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache autoitt-results samples/*_itt.py
+	rm -rf $(VENV) .pythons build *.egg-info .pytest_cache autoitt-results samples/*_itt.py

@@ -218,6 +218,54 @@ GENERATORS_RECURSION_EXCEPTIONS = _script("""
             pass
 """)
 
+#: Every Python frame shape at once, in four threads and the main one (the per-version hunt of README's
+#: "Python versions": the frame walk's differences between versions are in how frames chain): generator
+#: frames, deep recursion, exceptions raised through frames, a class's methods, a coroutine driven by hand.
+PYTHON_FRAMES = _script("""
+    import sys, threading
+
+    sys.setrecursionlimit(10000)
+
+    def deep(n):
+        if n == 0:
+            raise LookupError("bottom")
+        return deep(n - 1)
+
+    def pipeline(count):
+        for i in range(count):
+            try:
+                yield sum(j * j for j in range(300))
+            finally:
+                pass
+
+    class Model:
+        def step(self, batch):
+            try:
+                deep(400 + batch % 200)
+            except LookupError:
+                pass
+            return [x for x in pipeline(20)]
+
+    async def coroutine(model, batch):
+        return model.step(batch)
+
+    def work(steps):
+        model = Model()
+        for batch in range(steps):
+            runner = coroutine(model, batch)
+            try:
+                runner.send(None)
+            except StopIteration:
+                pass
+
+    threads = [threading.Thread(target=work, args=(60,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    work(120)
+    for t in threads:
+        t.join()
+""")
+
 RELOAD = _script("""
     import ctypes, _ctypes, os
 
@@ -257,6 +305,7 @@ SCENARIOS: Dict[str, Scenario] = {s.name: s for s in [
     Scenario("thread_churn", THREAD_CHURN),
     Scenario("generators_recursion_exceptions", GENERATORS_RECURSION_EXCEPTIONS),
     Scenario("library_reload", RELOAD, prepare=build_reload_libraries),
+    Scenario("python_frames", PYTHON_FRAMES),
 ]}
 
 

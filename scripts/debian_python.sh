@@ -41,7 +41,7 @@ if [[ -z "$(find "$apt_dir/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>
         exit 2
     fi
 fi
-if ! apt-cache "${apt_opts[@]}" show "python$version" >/dev/null 2>&1; then
+if ! apt-cache "${apt_opts[@]}" show "python$version" >/dev/null 2>&1; then  # (also builds apt's cache)
     echo "debian_python.sh: Debian unstable has no python$version package" >&2
     exit 2
 fi
@@ -54,9 +54,10 @@ wanted=("python$version" "python$version-minimal" "libpython$version" "libpython
         libc6 libgcc-s1 libstdc++6 libssl3t64 libffi8 zlib1g libexpat1 libsqlite3-0 libbz2-1.0 liblzma5 libzstd1
         libmpdec4 libncursesw6 libtinfo6 libreadline8t64 libuuid1 libcrypt1 libdb5.3t64 python3-pip-whl
         python3-setuptools-whl)
+known="$(apt-cache "${apt_opts[@]}" pkgnames)"
 present=()
 for package in "${wanted[@]}"; do
-    if apt-cache "${apt_opts[@]}" show "$package" >/dev/null 2>&1; then present+=("$package"); fi
+    if grep -qxF "$package" <<<"$known"; then present+=("$package"); fi
 done
 (cd "$apt_dir/archives" && apt-get "${apt_opts[@]}" -qq download "${present[@]}" >"$apt_dir/download.log" 2>&1) || {
     echo "debian_python.sh: downloading python$version's packages failed (see $apt_dir/download.log):" >&2

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
+import re
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
@@ -24,3 +28,81 @@ def script_id(path: Path) -> str:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+# --------------------------------------------------------------------------- frameworks a test runs
+
+#: The frameworks tests run scripts with. The suite installs them for CPython 3.11 (the test extra); the version
+#: matrix (scripts/version_matrix.sh) runs it on other versions without them, where their wheels are CUDA builds
+#: of several GB or do not exist.
+FRAMEWORKS = ("torch", "tensorflow", "keras", "pytorch_lightning", "lightning", "transformers", "accelerate", "ignite")
+_MISSING = [name for name in FRAMEWORKS if importlib.util.find_spec(name) is None]
+_USES = re.compile(r"\b(?:import|from)\s+(%s)\b" % "|".join(_MISSING)) if _MISSING else None
+
+
+#: What starts a script (or Python in a subprocess): the autoitt commands that run one, the suite's runners.
+_RUNS = re.compile(r"\"(?:profile|run)\"|\b(?:subprocess|run_target|run_once|sys\.executable)\b")
+
+
+def _source(thing) -> str:
+    try:
+        return inspect.getsource(thing)
+    except (OSError, TypeError):
+        return ""
+
+
+def _what_it_runs(item) -> Tuple[str, str]:
+    """The test's own code (its source and that of the module's functions it calls, its fixtures' sources), and
+    the code it hands to Python: the module's strings and files it names (a script, a notebook), and the files or
+    scenarios its parameters name."""
+    module = vars(item.module)
+    # without its decorators: a parameter list naming "profile" runs nothing by itself
+    parts = [_source(item.function).split("\ndef ", 1)[-1]]
+    for name in item.fixturenames:
+        for definition in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            parts.append(_source(definition.func))
+    for name in set(re.findall(r"\b\w+\b", "\n".join(parts))):
+        value = module.get(name)
+        if inspect.isfunction(value) and value.__module__ == item.module.__name__:
+            parts.append(_source(value))
+    text = "\n".join(parts)
+    parts = []
+    for name in set(re.findall(r"\b\w+\b", text)):
+        value = module.get(name)
+        if isinstance(value, (str, bytes)):
+            parts.append(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        elif isinstance(value, Path) and value.is_file():
+            parts.append(value.read_text(errors="replace"))
+    for owner, name in set(re.findall(r"\b(\w+)\.([A-Z_][A-Z0-9_]+)\b", text)):  # a helper module's script
+        value = getattr(module.get(owner), name, None) if inspect.ismodule(module.get(owner)) else None
+        if isinstance(value, str):
+            parts.append(value)
+    for literal in set(re.findall(r"[\"'](\w+\.(?:py|ipynb))[\"']", text)):
+        for folder in (SAMPLES, INPUTS):
+            if (folder / literal).is_file():
+                parts.append((folder / literal).read_text(errors="replace"))
+    for value in getattr(getattr(item, "callspec", None), "params", {}).values():
+        if isinstance(value, Path) and value.is_file():
+            parts.append(value.read_text(errors="replace"))
+        elif isinstance(value, str):  # a scenario's name, looked up in the tables of the module and its helpers
+            helpers = [vars(m) for m in module.values() if inspect.ismodule(m) and m.__name__.startswith(("autoitt", "tests"))]
+            for entry in (table[value] for where in (module, *helpers) for table in where.values()
+                          if isinstance(table, dict) and value in table):
+                fields = vars(entry).values() if hasattr(entry, "__dict__") else [entry]
+                parts.extend(field for field in fields if isinstance(field, str))
+    return text, "\n".join(parts)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Where a framework is not installed, the tests that run code importing it are skipped, saying which: a test
+    that runs torch cannot pass without it, and the rest of the suite still runs on every Python version."""
+    if _USES is None:
+        return
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        own, given = _what_it_runs(item)
+        found = sorted(set(_USES.findall(own + "\n" + given)))
+        # only a test that runs the code needs the framework: instrumenting, stripping or detecting reads it as text
+        if found and _RUNS.search(own):
+            item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(found)}, not installed for this Python"))

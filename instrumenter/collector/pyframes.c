@@ -60,6 +60,9 @@
 #define PYF_AFTER 0x03100000 /* 3.16: not read (its layout is not known yet) */
 #if PY_VERSION_HEX >= PYF_FIRST && PY_VERSION_HEX < PYF_AFTER && !defined(Py_GIL_DISABLED)
 #define PYF_BUILT 1
+/* the internal headers are not written for -Wextra (3.15's have unused parameters) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 #if PY_VERSION_HEX >= 0x030E0000
 #include "internal/pycore_interpframe.h"
 #else
@@ -68,6 +71,7 @@
 #if PY_VERSION_HEX >= 0x030D0000
 #include "internal/pycore_runtime.h"
 #endif
+#pragma GCC diagnostic pop
 #else
 #define PYF_BUILT 0
 #endif
