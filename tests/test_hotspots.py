@@ -155,3 +155,36 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
     step = summary["counters"]["step"]
     assert step["count"] == 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
     assert (tmp_path / "out" / "hotspots.folded").read_text().count("[step];") > 10
+
+
+PURE_PYTHON = """\
+import numpy as np
+
+def forward(x, w):
+    total = 0.0
+    for i in range(len(x)):
+        total += x[i] * w[i % len(w)]
+    return total
+
+w = np.random.rand(16)
+for step in range(60):  # autoitt: step
+    forward(np.random.rand(4000), w)
+"""
+
+
+def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_python(tmp_path):
+    """What a user on any supported CPython (the version matrix runs this on 3.13 and 3.14) sees first: the
+    Python function doing the work, at its file:line, among the top hotspots, and their own lines."""
+    import json
+
+    from tests.test_profile import autoitt
+
+    (tmp_path / "train.py").write_text(PURE_PYTHON)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["sampling"]["python_frames"] == "frames", summary["sampling"]
+    top = [(row["function"], row["file"], row["line"]) for row in summary["hotspots"][:8]]
+    assert {("forward", "train.py", 5), ("forward", "train.py", 6)} & set(top), top  # the loop or its body
+    lines = {(row["file"], row["line"]) for row in summary["hotspot_lines"]}
+    assert {("train.py", 6), ("train.py", 11)} <= lines, lines
