@@ -1,7 +1,7 @@
 """The Python side of CPU-time samples (:mod:`.samplefile`): lines, and Python frames among native ones.
 
 * :class:`Code`: a code object as a samples file describes it; its lines come
-  from CPython 3.11's location table (``co_linetable``, format in CPython's
+  from CPython's location table (``co_linetable``, the same from 3.11 to 3.15, format in CPython's
   ``Objects/locations.md``), decoded here as ``code.co_lines()`` would
   (:func:`line_ranges`), so samples record only (code object, instruction).
 * :func:`merge_frames`: one sample's native frames (from the thread's start to
@@ -50,7 +50,7 @@ class Code:
 
 
 def line_ranges(linetable: bytes, firstlineno: int) -> List[Tuple[int, int, Optional[int]]]:
-    """CPython 3.11's location table as ``(start, end, line)`` byte ranges (what ``code.co_lines()`` gives,
+    """CPython's location table (3.11 to 3.15) as ``(start, end, line)`` byte ranges (what ``code.co_lines()`` gives,
     unmerged), following ``Objects/locations.md``."""
     out: List[Tuple[int, int, Optional[int]]] = []
     line, addr, i, n = firstlineno, 0, 0, len(linetable)
@@ -118,8 +118,9 @@ def merge_frames(native: Sequence[int], python: Sequence[Tuple[int, Optional[int
     lookup address ``a`` is in ``_PyEval_EvalFrameDefault``, ``is_interpreter(a)`` whether it is in the
     interpreter's own library.
 
-    CPython 3.11 runs a Python-to-Python call in the same C call of ``_PyEval_EvalFrameDefault``; a frame
-    that began such a C call is flagged ``is_entry``.  So the Python frames split into runs, each from an
+    CPython (3.11 and later) runs a Python-to-Python call in the same C call of ``_PyEval_EvalFrameDefault``; a
+    frame that began such a C call is flagged ``is_entry`` (from 3.12 the collector sets the flag where a shim
+    frame marks the entry).  So the Python frames split into runs, each from an
     entry frame to the frame before the next one, and run k (counted from the innermost) replaces the k-th
     ``_PyEval_EvalFrameDefault`` frame (from the innermost).  Runs left over (the native walk stopped before
     the outermost entries) go first; ``_PyEval_EvalFrameDefault`` frames left over are dropped.  The

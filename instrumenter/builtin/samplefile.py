@@ -83,7 +83,7 @@ kind  name       payload
 5     code       u32 code id, i32 ``co_firstlineno``, u32 file name length, u32
                  qualified name length, u32 line table length, u32 0, then the three
                  byte strings: ``co_filename`` and ``co_qualname`` (UTF-8, cut at 1024
-                 bytes) and ``co_linetable`` (CPython 3.11's location table; empty if
+                 bytes) and ``co_linetable`` (CPython's location table; empty if
                  over 64 KiB).
 6     stack      u32 stack id, u16 Python frame count, u16 native frame count, then the
                  native frames (u64 each, innermost first: the first is the
