@@ -28,6 +28,7 @@ from instrumenter.builtin.events import read_trace_dir
 from instrumenter.builtin.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, SampleFile,
                                              read_sample_dir, read_sample_file)
 from instrumenter.builtin.symbols import Symbolizer
+from tests.conftest import ROOT
 from tests.test_collector import run_target, target_env
 
 #: a busy loop of about ``seconds`` of CPU time, calibrated once (no system call inside the loop)
@@ -123,6 +124,30 @@ def test_a_busy_python_function_is_the_innermost_python_frame_with_its_file_and_
     # and the callers above it, outermost first
     stack = [sf.codes[f[1]].qualname for f in sf.stacks[sf.stack[in_busy[0]]] if f[0] == "py"]
     assert stack[-3:] == ["<module>", "outer", "busy"]
+
+
+def _collector_built_for_another_python():
+    tag = f"cpython-{sys.version_info[0]}{sys.version_info[1]}-"
+    others = [p for p in (ROOT / "instrumenter").glob("_collector.cpython-*.so") if tag not in p.name]
+    return others[0] if others else None
+
+
+@pytest.mark.skipif(_collector_built_for_another_python() is None,
+                    reason="no collector built for another Python in the tree (the version matrix builds them)")
+def test_a_collector_built_for_another_python_says_so_and_samples_native_frames_only(tmp_path):
+    other = _collector_built_for_another_python()
+    built_for = other.name.split("-")[1]  # "_collector.cpython-311-x86_64-...": "311"
+    _, traces = run_target(tmp_path, script("""
+        import ittapi.compat as itt
+        itt.resume()
+        busy(0.2)
+    """), INTEL_LIBITTNOTIFY64=str(other))
+    sf = only_samples(traces)
+    assert sf.python == "unsupported" and len(sf) >= 50
+    assert all(f[0] == "native" for stack in sf.stacks for f in stack)
+    running = "%d.%d" % sys.version_info[:2]
+    assert f"built for CPython {built_for[0]}.{built_for[1:]} but this process runs Python {running}" in sf.reason, \
+        sf.reasons
 
 
 def test_a_native_call_is_named_in_its_library_under_the_python_line_that_called_it(tmp_path):
