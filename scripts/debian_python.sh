@@ -34,14 +34,19 @@ apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourcepar
           -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
 
 # the lists at most a day old: a package list from last week names files the mirror has dropped
-if [[ -z "$(find "$apt_dir/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null)" ]]; then
-    if ! apt-get "${apt_opts[@]}" -qq update >"$apt_dir/update.log" 2>&1; then
+fresh_lists() { find "$apt_dir/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | grep -q .; }
+if ! fresh_lists; then
+    # apt-get update exits 0 when a mirror cannot be reached (it only warns): the lists tell
+    apt-get "${apt_opts[@]}" -qq update >"$apt_dir/update.log" 2>&1 || true
+    if ! fresh_lists || grep -q '^\(E\|Err\|W: Failed to fetch\)' "$apt_dir/update.log"; then
         echo "debian_python.sh: could not read Debian's package lists from $mirror (see $apt_dir/update.log):" >&2
         tail -3 "$apt_dir/update.log" >&2
         exit 2
     fi
 fi
-if ! apt-cache "${apt_opts[@]}" show "python$version" >/dev/null 2>&1; then  # (also builds apt's cache)
+# the packages that have versions (not virtual names: Debian still lists python3.9 as one)
+known="$(apt-cache "${apt_opts[@]}" pkgnames)"
+if ! grep -qxF "python$version" <<<"$known"; then
     echo "debian_python.sh: Debian unstable has no python$version package" >&2
     exit 2
 fi
@@ -54,7 +59,6 @@ wanted=("python$version" "python$version-minimal" "libpython$version" "libpython
         libc6 libgcc-s1 libstdc++6 libssl3t64 libffi8 zlib1g libexpat1 libsqlite3-0 libbz2-1.0 liblzma5 libzstd1
         libmpdec4 libncursesw6 libtinfo6 libreadline8t64 libuuid1 libcrypt1 libdb5.3t64 python3-pip-whl
         python3-setuptools-whl)
-known="$(apt-cache "${apt_opts[@]}" pkgnames)"
 present=()
 for package in "${wanted[@]}"; do
     if grep -qxF "$package" <<<"$known"; then present+=("$package"); fi
