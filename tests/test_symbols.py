@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -51,10 +52,10 @@ def test_the_offset_is_the_address_in_the_librarys_own_numbering():
 def test_code_outside_any_library_file_has_no_name():
     symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, ""), Mapping(0x3000, 0x4000, 0, "[vdso]"),
                           Mapping(0x5000, 0x6000, 0, "/nonexistent/libgone.so")])
-    assert symbols.lookup(0x1010) == (None, "[anon]", 0x10)  # JIT code
-    assert symbols.lookup(0x3010) == (None, "[vdso]", 0x10)
-    assert symbols.lookup(0x5010) == (None, "libgone.so", 0x10)  # a library since removed
-    assert symbols.lookup(0x2010) == (None, None, 0x2010)  # in no mapping at all
+    assert symbols.lookup(0x1010) == (None, "[anon]", 0x10, None)  # JIT code
+    assert symbols.lookup(0x3010) == (None, "[vdso]", 0x10, None)
+    assert symbols.lookup(0x5010) == (None, "libgone.so", 0x10, None)  # a library since removed
+    assert symbols.lookup(0x2010) == (None, None, 0x2010, None)  # in no mapping at all
     assert symbols.lookup(0x1010).text() == "[anon]+0x10"
 
 
@@ -76,3 +77,26 @@ def test_a_file_that_is_not_elf_is_no_library(tmp_path):
     assert elf_symbols(str(tmp_path / "fake.so")) is None
     with pytest.raises(ValueError):
         ElfSymbols(str(tmp_path / "fake.so"))
+
+
+STRIPPED = """
+static volatile int sink;
+__attribute__((noinline)) static void first(int n) { for (int i = 0; i < n; i++) sink += i; }
+__attribute__((noinline)) static void second(int n) { for (int i = 0; i < n; i++) sink -= i; }
+void (*table[2])(int) = {first, second};
+"""
+
+
+def test_a_stripped_librarys_function_is_named_once_by_its_start(tmp_path):
+    """A library without static symbols (Debian's python3.X binaries): every instruction of one function gets
+    one name, the library and the function's start from its unwind table."""
+    (tmp_path / "s.c").write_text(STRIPPED)
+    library = tmp_path / "libstripped.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-s", "-o", str(library), str(tmp_path / "s.c")], check=True)
+    loaded = ctypes.CDLL(str(library))
+    table = (ctypes.c_void_p * 2).in_dll(loaded, "table")
+    symbols = this_process()
+    first, second = symbols.lookup(table[0]), symbols.lookup(table[1])
+    assert first.name is None and first.library == "libstripped.so" and first.start == first.offset
+    assert symbols.lookup(table[0] + 4).text() == first.text() == f"libstripped.so+{first.offset:#x}"
+    assert second.text() != first.text()

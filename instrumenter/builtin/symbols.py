@@ -39,19 +39,23 @@ __all__ = ["NativeSymbol", "ElfSymbols", "Symbolizer", "elf_symbols", "demangle"
 
 class NativeSymbol(NamedTuple):
     """What an address is: ``name`` (demangled; None where no symbol covers it), ``library`` (the file's
-    basename; ``"[anon]"`` for anonymous code, None outside every mapping) and ``offset`` (the address in the
+    basename; ``"[anon]"`` for anonymous code, None outside every mapping), ``offset`` (the address in the
     library's own virtual addresses, what ``addr2line -e library`` takes; the process address when there is
-    no library)."""
+    no library) and, where no symbol covers it, ``start``: the start of the function holding it as the
+    library's unwind table (``.eh_frame_hdr``) gives it, if it does.  So a stripped library's function
+    (Debian's interpreters keep no static symbols) is one function, ``python3.14+0x599660``, not one name
+    per sampled instruction."""
 
     name: Optional[str]
     library: Optional[str]
     offset: int
+    start: Optional[int] = None
 
     def text(self) -> str:
         if self.name:
             return self.name
         if self.library:
-            return f"{self.library}+{self.offset:#x}"
+            return f"{self.library}+{self.offset if self.start is None else self.start:#x}"
         return f"{self.offset:#x}"
 
 
@@ -60,7 +64,10 @@ _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
-SHT_SYMTAB, SHT_DYNSYM, PT_LOAD = 2, 11, 1
+SHT_SYMTAB, SHT_DYNSYM, PT_LOAD, PT_GNU_EH_FRAME = 2, 11, 1, 0x6474E550
+#: .eh_frame_hdr's encodings (DWARF's DW_EH_PE_*): the table is datarel sdata4 pairs in every toolchain's output
+_EH_SIZES = {0x02: 2, 0x03: 4, 0x04: 8, 0x0A: 2, 0x0B: 4, 0x0C: 8}
+_EH_TABLE_DATAREL_SDATA4 = 0x3B
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 
 
@@ -78,10 +85,14 @@ class ElfSymbols:
             raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
         #: PT_LOAD segments: (file offset, file size, virtual address)
         self.segments: List[Tuple[int, int, int]] = []
+        #: the functions' starts from the unwind table, sorted (empty where there is none)
+        self.function_starts = np.zeros(0, np.uint64)
         for i in range(phnum):
             p_type, _pflags, offset, vaddr, _paddr, filesz, _memsz, _align = _PHDR.unpack_from(data, phoff + i * phentsize)
             if p_type == PT_LOAD:
                 self.segments.append((offset, filesz, vaddr))
+            elif p_type == PT_GNU_EH_FRAME:
+                self.function_starts = _function_starts(data, offset, filesz, vaddr)
         sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)] if shoff else []
         values, sizes, names, tables, binds = [], [], [], [], []
         self._strtabs: List[Tuple[int, int]] = []
@@ -141,6 +152,32 @@ class ElfSymbols:
             end = self._map.find(b"\0", begin, table_offset + table_size)
             name = self._name_cache[i] = bytes(self._map[begin:end if end >= 0 else begin]).decode("utf-8", "replace")
         return name, start
+
+
+    def function_start(self, vaddr: int) -> Optional[int]:
+        """The start of the function holding ``vaddr`` by the unwind table (the last FDE starting at or before
+        it), or None."""
+        i = int(np.searchsorted(self.function_starts, np.uint64(vaddr), side="right")) - 1
+        return int(self.function_starts[i]) if i >= 0 else None
+
+
+def _function_starts(data, offset: int, size: int, vaddr: int) -> np.ndarray:
+    """The sorted FDE start addresses of an ``.eh_frame_hdr`` at file ``offset`` (its virtual address ``vaddr``):
+    its binary search table.  Empty for a table in another encoding than the usual one."""
+    if size < 12:
+        return np.zeros(0, np.uint64)
+    version, pointer_encoding, count_encoding, table_encoding = data[offset:offset + 4]
+    if version != 1 or table_encoding != _EH_TABLE_DATAREL_SDATA4 or pointer_encoding & 0x0F not in _EH_SIZES \
+            or count_encoding not in (0x03, 0x0B, 0x04, 0x0C):
+        return np.zeros(0, np.uint64)
+    at = offset + 4 + _EH_SIZES[pointer_encoding & 0x0F]
+    count_size = _EH_SIZES[count_encoding]
+    (count,) = struct.unpack_from("<I" if count_size == 4 else "<Q", data, at)
+    at += count_size
+    if count <= 0 or at + 8 * count > offset + size:
+        return np.zeros(0, np.uint64)
+    table = np.frombuffer(data, "<i4", count=2 * count, offset=at)[0::2]
+    return np.sort((table.astype(np.int64) + vaddr).astype(np.uint64))
 
 
 _ELF_CACHE: Dict[Tuple[str, int, int], Optional[ElfSymbols]] = {}
@@ -246,4 +283,6 @@ class Symbolizer:
         if vaddr is None:
             return NativeSymbol(None, library, file_offset)
         hit = elf.lookup(vaddr)
-        return NativeSymbol(demangle(hit[0]) if hit else None, library, vaddr)
+        if hit:
+            return NativeSymbol(demangle(hit[0]), library, vaddr)
+        return NativeSymbol(None, library, vaddr, elf.function_start(vaddr))
