@@ -348,3 +348,22 @@ def test_profile_marks_a_time_cell_and_runs_an_await_cell(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "awaited" in done.stdout
     assert json.loads((tmp_path / "result" / "summary.json").read_text())["steps"][0]["count"] == 3
+
+
+#: The same shapes in pure Python and numpy: what the version matrix profiles (no torch on 3.13 and 3.14).
+TIMED_NUMPY_STEPS = textwrap.dedent("""\
+    %%time
+    import numpy as np
+    w = np.zeros(4)
+    for step in range(3):  # autoitt: step
+        w -= 0.1 * (w - np.ones(4))""")
+
+
+@pytest.mark.slow
+def test_profile_of_a_numpy_notebook_marks_its_time_cell_and_runs_its_await_cell(tmp_path):
+    write_notebook(tmp_path / "mixed.ipynb", new_code_cell("import asyncio"),
+                   new_code_cell("await asyncio.sleep(0)\nprint('awaited')"), new_code_cell(TIMED_NUMPY_STEPS))
+    done = autoitt("profile", "--backend", "builtin", "-r", str(tmp_path / "result"), "mixed.ipynb", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "awaited" in done.stdout
+    assert json.loads((tmp_path / "result" / "summary.json").read_text())["steps"][0]["count"] == 3
