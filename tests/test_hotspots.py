@@ -174,7 +174,8 @@ for step in range(60):  # autoitt: step
 
 def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_python(tmp_path):
     """What a user on any supported CPython (the version matrix runs this on 3.13 and 3.14) sees first: the
-    Python function doing the work, at its file:line, among the top hotspots, and their own lines."""
+    Python function doing the work, at its file:line, among the top hotspots, their own lines, the step's
+    phases and counters."""
     import json
 
     from tests.test_profile import autoitt
@@ -188,3 +189,7 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     assert {("forward", "train.py", 5), ("forward", "train.py", 6)} & set(top), top  # the loop or its body
     lines = {(row["file"], row["line"]) for row in summary["hotspot_lines"]}
     assert {("train.py", 6), ("train.py", 11)} <= lines, lines
+    # and the step's phases and counters, as for a framework's loop: all of it is Python here
+    (step,) = summary["steps"]
+    assert step["count"] == 60 and max(step["phases"], key=lambda name: step["phases"][name]["share"]) == "python"
+    assert summary["counters"]["step"]["count"] == 60 and summary["counters"]["step"]["cpu_s"] > 0
