@@ -45,10 +45,13 @@ _RUNS = re.compile(r"\"(?:profile|run)\"|\b(?:subprocess|run_target|run_once|sys
 
 
 def _source(thing) -> str:
+    """A function's source without its decorators: a parameter list naming "profile" or a script runs nothing
+    by itself (each of the parameters is looked at on its own)."""
     try:
-        return inspect.getsource(thing)
+        source = inspect.getsource(thing)
     except (OSError, TypeError):
         return ""
+    return source.split("\ndef ", 1)[-1] if source.startswith("@") else source
 
 
 def _what_it_runs(item) -> Tuple[str, str]:
@@ -56,14 +59,13 @@ def _what_it_runs(item) -> Tuple[str, str]:
     the code it hands to Python: the module's strings and files it names (a script, a notebook), and the files or
     scenarios its parameters name."""
     module = vars(item.module)
-    # without its decorators: a parameter list naming "profile" runs nothing by itself
-    parts = [_source(item.function).split("\ndef ", 1)[-1]]
+    parts = [_source(item.function)]
     for name in item.fixturenames:
         for definition in item._fixtureinfo.name2fixturedefs.get(name, ()):
             parts.append(_source(definition.func))
     for name in set(re.findall(r"\b\w+\b", "\n".join(parts))):
         value = module.get(name)
-        if inspect.isfunction(value) and value.__module__ == item.module.__name__:
+        if inspect.isfunction(value) and value.__module__ == item.module.__name__ and value is not item.function:
             parts.append(_source(value))
     text = "\n".join(parts)
     parts = []
@@ -84,7 +86,8 @@ def _what_it_runs(item) -> Tuple[str, str]:
     for value in getattr(getattr(item, "callspec", None), "params", {}).values():
         if isinstance(value, Path) and value.is_file():
             parts.append(value.read_text(errors="replace"))
-        elif isinstance(value, str):  # a scenario's name, looked up in the tables of the module and its helpers
+        elif isinstance(value, str):  # code given as is, or a scenario's name looked up in the module's tables
+            parts.append(value)
             helpers = [vars(m) for m in module.values() if inspect.ismodule(m) and m.__name__.startswith(("autoitt", "tests"))]
             for entry in (table[value] for where in (module, *helpers) for table in where.values()
                           if isinstance(table, dict) and value in table):

@@ -340,16 +340,6 @@ def test_vtune_rows_on_the_program_are_shown_at_their_cell_and_line(notebook_run
     assert (row.source_file, row.source_line) == ("nb.ipynb cell 4", 9)
 
 
-@pytest.mark.slow
-def test_profile_marks_a_time_cell_and_runs_an_await_cell(tmp_path):
-    write_notebook(tmp_path / "mixed.ipynb", new_code_cell("import asyncio"),
-                   new_code_cell("await asyncio.sleep(0)\nprint('awaited')"), new_code_cell(TIMED_TRAINING))
-    done = autoitt("profile", "--backend", "builtin", "-r", str(tmp_path / "result"), "mixed.ipynb", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "awaited" in done.stdout
-    assert json.loads((tmp_path / "result" / "summary.json").read_text())["steps"][0]["count"] == 3
-
-
 #: The same shapes in pure Python and numpy: what the version matrix profiles (no torch on 3.13 and 3.14).
 TIMED_NUMPY_STEPS = textwrap.dedent("""\
     %%time
@@ -360,9 +350,10 @@ TIMED_NUMPY_STEPS = textwrap.dedent("""\
 
 
 @pytest.mark.slow
-def test_profile_of_a_numpy_notebook_marks_its_time_cell_and_runs_its_await_cell(tmp_path):
+@pytest.mark.parametrize("training", [TIMED_TRAINING, TIMED_NUMPY_STEPS], ids=["torch", "numpy"])
+def test_profile_marks_a_time_cell_and_runs_an_await_cell(tmp_path, training):
     write_notebook(tmp_path / "mixed.ipynb", new_code_cell("import asyncio"),
-                   new_code_cell("await asyncio.sleep(0)\nprint('awaited')"), new_code_cell(TIMED_NUMPY_STEPS))
+                   new_code_cell("await asyncio.sleep(0)\nprint('awaited')"), new_code_cell(training))
     done = autoitt("profile", "--backend", "builtin", "-r", str(tmp_path / "result"), "mixed.ipynb", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "awaited" in done.stdout
