@@ -7,7 +7,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import pytest
 
@@ -54,6 +54,17 @@ def _source(thing) -> str:
     return source.split("\ndef ", 1)[-1] if source.startswith("@") else source
 
 
+def _text_of(value) -> Optional[str]:
+    """A value as the code it may hand to Python: a string, bytes, or a file's text; None for anything else."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Path) and value.is_file():
+        return value.read_text(errors="replace")
+    return None
+
+
 def _what_it_runs(item) -> Tuple[str, str]:
     """The test's own code (its source and that of the module's functions it calls, its fixtures' sources), and
     the code it hands to Python: the module's strings and files it names (a script, a notebook), and the files or
@@ -68,32 +79,20 @@ def _what_it_runs(item) -> Tuple[str, str]:
         if inspect.isfunction(value) and value.__module__ == item.module.__name__ and value is not item.function:
             parts.append(_source(value))
     text = "\n".join(parts)
-    parts = []
-    for name in set(re.findall(r"\b\w+\b", text)):
-        value = module.get(name)
-        if isinstance(value, (str, bytes)):
-            parts.append(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
-        elif isinstance(value, Path) and value.is_file():
-            parts.append(value.read_text(errors="replace"))
+    given = [module.get(name) for name in set(re.findall(r"\b\w+\b", text))]
     for owner, name in set(re.findall(r"\b(\w+)\.([A-Z_][A-Z0-9_]+)\b", text)):  # a helper module's script
-        value = getattr(module.get(owner), name, None) if inspect.ismodule(module.get(owner)) else None
-        if isinstance(value, str):
-            parts.append(value)
-    for literal in set(re.findall(r"[\"'](\w+\.(?:py|ipynb))[\"']", text)):
-        for folder in (SAMPLES, INPUTS):
-            if (folder / literal).is_file():
-                parts.append((folder / literal).read_text(errors="replace"))
+        if inspect.ismodule(module.get(owner)):
+            given.append(getattr(module[owner], name, None))
+    given += [folder / literal for literal in set(re.findall(r"[\"'](\w+\.(?:py|ipynb))[\"']", text))
+              for folder in (SAMPLES, INPUTS)]
     for value in getattr(getattr(item, "callspec", None), "params", {}).values():
-        if isinstance(value, Path) and value.is_file():
-            parts.append(value.read_text(errors="replace"))
-        elif isinstance(value, str):  # code given as is, or a scenario's name looked up in the module's tables
-            parts.append(value)
+        given.append(value)
+        if isinstance(value, str):  # also a scenario's name, looked up in the tables of the module and its helpers
             helpers = [vars(m) for m in module.values() if inspect.ismodule(m) and m.__name__.startswith(("autoitt", "tests"))]
             for entry in (table[value] for where in (module, *helpers) for table in where.values()
                           if isinstance(table, dict) and value in table):
-                fields = vars(entry).values() if hasattr(entry, "__dict__") else [entry]
-                parts.extend(field for field in fields if isinstance(field, str))
-    return text, "\n".join(parts)
+                given += vars(entry).values() if hasattr(entry, "__dict__") else [entry]
+    return text, "\n".join(filter(None, map(_text_of, given)))
 
 
 def pytest_collection_modifyitems(config, items):
