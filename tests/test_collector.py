@@ -480,6 +480,65 @@ def test_a_signal_that_ends_the_process_writes_what_was_buffered_first(tmp_path,
     assert [name for kind, _, name in tasks(only_trace(traces)) if kind == "begin"] == ["step"] * 5
 
 
+#: Empties the pipe the target's trace descriptor was moved onto into the trace file (less the filler that
+#: made the pipe full), but only after sending the target a second SIGTERM while its first one's handler
+#: is blocked writing: a terminal's SIGHUP to the process group and autoitt passing it on do the same.
+SECOND_SIGNAL_HELPER = """
+import os, signal, sys, time
+pid, pipe, filler, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+deadline = time.monotonic() + 30
+while "pipe_write" not in open(f"/proc/{pid}/task/{pid}/wchan").read() and time.monotonic() < deadline:
+    time.sleep(0.01)
+os.kill(pid, signal.SIGTERM)  # for the process: its main thread blocks it while handling the first one
+time.sleep(0.5)
+with open(path, "ab") as trace:
+    while chunk := os.read(pipe, 65536):
+        dropped = min(filler, len(chunk))
+        filler -= dropped
+        trace.write(chunk[dropped:])
+"""
+
+
+def test_a_second_fatal_signal_on_another_thread_waits_for_the_first_ones_writing(tmp_path):
+    (tmp_path / "helper.py").write_text(SECOND_SIGNAL_HELPER)
+    done, traces = run_target(tmp_path, """
+        import fcntl, os, signal, subprocess, sys, threading, time
+        import ittapi.compat as itt
+        d = itt.domain_create("x")
+        for i in range(5):
+            itt.task_begin(d, "step")
+            itt.task_end(d)
+        # The collector's trace descriptor now writes into a full pipe: the handler's write blocks until
+        # the helper has sent the second signal and starts emptying it.
+        def target(fd):
+            try:
+                return os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                return ""  # the listing's own descriptor, closed by now
+        fd = next(int(fd) for fd in os.listdir("/proc/self/fd") if target(fd).endswith(f"itt-{os.getpid()}.bin"))
+        path = target(fd)
+        read_end, write_end = os.pipe()
+        fcntl.fcntl(write_end, 1031, 4096)  # F_SETPIPE_SZ: one page
+        os.set_blocking(write_end, False)
+        filler = 0
+        try:
+            while True:
+                filler += os.write(write_end, bytes(512))
+        except BlockingIOError:
+            pass
+        os.set_blocking(write_end, True)
+        subprocess.Popen([sys.executable, "helper.py", str(os.getpid()), str(read_end), str(filler), path],
+                         pass_fds=[read_end])
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        os.close(read_end)
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # takes the second signal
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        time.sleep(60)
+        """, expect_rc=-signal.SIGTERM)
+    assert [name for kind, _, name in tasks(only_trace(traces)) if kind == "begin"] == ["step"] * 5
+
+
 def test_a_signal_the_program_handles_itself_is_left_to_it(tmp_path):
     done, traces = run_target(tmp_path, """
         import os, signal, sys

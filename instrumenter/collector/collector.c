@@ -1193,29 +1193,53 @@ static void at_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_los
 /* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
    threads buffered is written out first, best effort and with async-signal-safe calls only
    (write; try-locks, so an interrupted writer is skipped rather than waited for), then the
-   signal takes its default course: the process ends exactly as it would without us. */
+   signal takes its default course: the process ends exactly as it would without us.
+   One thread writes; a fatal signal that reaches another thread meanwhile waits for it (see
+   flush_on_fatal_signal). */
 static const int FATAL_SIGNALS[] = {SIGTERM, SIGHUP, SIGQUIT, SIGXCPU, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+/* The thread writing the buffers out for a fatal signal (0: none yet); it ends the process when done. */
+static _Atomic uint32_t g_fatal_writer;
 
 static void flush_on_fatal_signal(int sig)
 {
     int saved_errno = errno;
-    int fd = atomic_load(&g_fd);
-    int locked = pthread_mutex_trylock(&g_mutex) == 0;
-    for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {
-        if (pthread_mutex_trylock(&b->flush_lock) != 0) continue;
-        uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
-        if (e > b->start) drain(fd, b, b->start, e, 1);
-        b->start = e;
-        if (b->agg) write_stats(fd, b, 1);
-        pthread_mutex_unlock(&b->flush_lock);
+    uint32_t me = current_tid(), writer = 0;
+    if (atomic_compare_exchange_strong(&g_fatal_writer, &writer, me)) {
+        int fd = atomic_load(&g_fd);
+        int locked = pthread_mutex_trylock(&g_mutex) == 0;
+        for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {
+            if (pthread_mutex_trylock(&b->flush_lock) != 0) continue;
+            uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
+            if (e > b->start) drain(fd, b, b->start, e, 1);
+            b->start = e;
+            if (b->agg) write_stats(fd, b, 1);
+            pthread_mutex_unlock(&b->flush_lock);
+        }
+        if (locked) pthread_mutex_unlock(&g_mutex);
+        sampler_fatal(); /* sampler hook */
+    } else if (writer != me) {
+        /* A second fatal signal on another thread: a process group's SIGHUP and the copy autoitt passes
+           on, say, the first one blocked in the writing thread only.  Its default action now would end
+           the process halfway through the write; the writer ends it when done.  Bounded (5 s), in case
+           the writer is stuck: then the default action after all.  The writer itself, met again (a crash
+           while writing), goes straight to the default action. */
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < 500; i++) nanosleep(&pause, NULL);
     }
-    if (locked) pthread_mutex_unlock(&g_mutex);
-    sampler_fatal(); /* sampler hook */
+    struct sigaction default_action;
+    memset(&default_action, 0, sizeof default_action);
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    sigaction(sig, &default_action, NULL);
     errno = saved_errno;
-    raise(sig); /* SA_RESETHAND restored the default action; it runs once we return */
+    raise(sig); /* blocked in this handler: the default action runs once we return (a crash's fault
+                   instruction, run again, would do the same) */
 }
 
-/* Only where the program left the default action: a handler of its own decides for itself. */
+/* Only where the program left the default action: a handler of its own decides for itself.  No
+   SA_RESETHAND: the action stays ours until the writer is done, so that a second signal of the same
+   number on another thread waits too instead of ending the process (the handler resets it itself). */
 static void catch_fatal_signals(void)
 {
     for (size_t i = 0; i < sizeof FATAL_SIGNALS / sizeof FATAL_SIGNALS[0]; i++) {
@@ -1226,7 +1250,6 @@ static void catch_fatal_signals(void)
         struct sigaction ours;
         memset(&ours, 0, sizeof ours);
         ours.sa_handler = flush_on_fatal_signal;
-        ours.sa_flags = SA_RESETHAND;
         sigemptyset(&ours.sa_mask);
         sigaction(FATAL_SIGNALS[i], &ours, NULL);
     }
