@@ -86,9 +86,9 @@ class Collection:
     def detach(self) -> None:
         self._itt.detach()
 
-    def library(self, receiver: Any, method: str, domain: Any):
+    def library(self, receiver: Any, method: str, domain: Any, role: Optional[str] = None):
         """The context a library call runs in: its epochs, steps and evals become tasks on ``domain``
-        (see :mod:`instrumenter.libraries`)."""
+        (see :mod:`instrumenter.libraries`); ``role`` (``train``/``eval``) where ``method`` does not say it."""
         from .libraries import attach
 
-        return attach(self, receiver, method, domain)
+        return attach(self, receiver, method, domain, role)

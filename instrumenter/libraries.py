@@ -17,7 +17,12 @@ copy's ``itt`` (so a collection window counts these steps too):
   was made;
 * Hugging Face ``Trainer``: ``add_callback``/``remove_callback`` for epochs and
   steps; its ``prediction_step`` and ``evaluate`` are wrapped on the instance
-  for eval batches and eval runs (its callbacks have no "before" for them).
+  for eval batches and eval runs (its callbacks have no "before" for them);
+* pytorch-ignite engines (``trainer.run(...)``, ``evaluator.run(...)``, the
+  role given by the copy, since the method is the same): handlers on the
+  engine's own events, the "started" ones run before the user's handlers of the
+  same event and the "completed" ones after them (so an evaluation the user
+  runs on ``EPOCH_COMPLETED`` is inside its epoch), removed afterwards.
 
 When the statement ends, however it ends, every task the callback left open
 is ended and the library object is as it was. An object of any other library
@@ -51,8 +56,11 @@ _LIBRARIES = (
     ("keras.", "keras", "keras"), ("tf_keras.", "keras", "tf_keras"),
     ("tensorflow.python.keras.", "keras", "tensorflow.python.keras"),
     ("lightning.pytorch.", "lightning", "lightning.pytorch"), ("pytorch_lightning.", "lightning", "pytorch_lightning"),
-    ("transformers.", "transformers", "transformers"),
+    ("transformers.", "transformers", "transformers"), ("ignite.", "ignite", "ignite"),
 )
+
+#: What ``role`` a copy gives ``attach`` where the method's name does not say it.
+ROLES = ("train", "eval")
 
 _noted: Set[Tuple[str, str]] = set()
 _noted_lock = threading.Lock()
@@ -98,17 +106,18 @@ class _Tasks:
 
 
 @contextlib.contextmanager
-def attach(itt: Any, receiver: Any, method: str, domain: Any) -> Iterator[None]:
-    """For the ``with`` block: ``receiver``'s library calls back into tasks on ``domain`` (module docstring)."""
+def attach(itt: Any, receiver: Any, method: str, domain: Any, role: Optional[str] = None) -> Iterator[None]:
+    """For the ``with`` block: ``receiver``'s library calls back into tasks on ``domain`` (module docstring);
+    ``role`` (:data:`ROLES`) where ``method`` does not say whether the call trains or evaluates."""
     tasks = _Tasks(itt, domain)
     undo: Optional[Callable[[], None]] = None
     found = library_of(receiver)
     if found is None:
-        _note(receiver, method, "not a Keras, Lightning or Hugging Face object: the call is one task")
+        _note(receiver, method, "not a Keras, Lightning, Hugging Face or ignite object: the call is one task")
     else:
         library, package = found
         try:
-            undo = _ATTACH[library](receiver, method, tasks, package)
+            undo = _ATTACH[library](receiver, method, role, tasks, package)
         except _CannotAttach as exc:
             _note(receiver, method, f"{exc}: the call is one task")
         except (ImportError, AttributeError) as exc:
@@ -161,7 +170,7 @@ def _set_on_instance(receiver: Any, name: str, value: Any) -> Callable[[], None]
 
 # -- Keras --------------------------------------------------------------------------------------
 
-def _keras(model: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
+def _keras(model: Any, method: str, role: Optional[str], tasks: _Tasks, package: str) -> Callable[[], None]:
     callback = _callback(importlib.import_module(f"{package}.callbacks").Callback, tasks, _KERAS_HOOKS)
     original = getattr(model, method)
     try:
@@ -199,7 +208,7 @@ _KERAS_HOOKS = {
 
 # -- Lightning ----------------------------------------------------------------------------------
 
-def _lightning(trainer: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
+def _lightning(trainer: Any, method: str, role: Optional[str], tasks: _Tasks, package: str) -> Callable[[], None]:
     base = importlib.import_module(package).Callback
     original = getattr(trainer, "callbacks", None)
     if not isinstance(original, list):
@@ -228,7 +237,8 @@ _LIGHTNING_HOOKS = {
 
 # -- Hugging Face -------------------------------------------------------------------------------
 
-def _transformers(trainer: Any, method: str, tasks: _Tasks, package: str) -> Callable[[], None]:
+def _transformers(trainer: Any, method: str, role: Optional[str], tasks: _Tasks,
+                  package: str) -> Callable[[], None]:
     if not all(hasattr(trainer, name) for name in ("add_callback", "remove_callback", "prediction_step",
                                                    "evaluate")):
         raise _CannotAttach("not a transformers.Trainer")
@@ -270,4 +280,47 @@ def _callback(base: type, tasks: _Tasks, hooks: Dict[str, Tuple[str, str]]) -> A
     return type("AutoittTasks", (base,), namespace)()
 
 
-_ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers}
+# -- pytorch-ignite -----------------------------------------------------------------------------
+
+def _ignite(engine: Any, method: str, role: Optional[str], tasks: _Tasks, package: str) -> Callable[[], None]:
+    if role not in ROLES:
+        raise _CannotAttach("whether it trains or evaluates was not given")
+    events = importlib.import_module(f"{package}.engine").Events
+    handlers = getattr(engine, "_event_handlers", None)
+    if not isinstance(handlers, dict) or not hasattr(engine, "remove_event_handler"):
+        raise _CannotAttach("not an ignite Engine")
+    added: List[Tuple[Any, Callable]] = []
+    for event_name, (action, task) in _IGNITE_EVENTS[role].items():
+        event = getattr(events, event_name)
+        handler = _ignite_handler(getattr(tasks, action), task)
+        engine.add_event_handler(event, handler)
+        added.append((event, handler))
+        listed = handlers.get(event)
+        if action == "begin" and isinstance(listed, list) and listed and listed[-1][0] is handler:
+            listed.insert(0, listed.pop())  # before the user's handlers of the event, whose order stays
+
+    def undo() -> None:
+        for event, handler in added:
+            with contextlib.suppress(ValueError):  # the run removed it already
+                engine.remove_event_handler(handler, event)
+    return undo
+
+
+def _ignite_handler(step: Callable[[str], None], task: str) -> Callable[[], None]:
+    """A handler taking no argument (ignite then passes none): it only marks the moment."""
+    def handler() -> None:
+        step(task)
+    return handler
+
+
+#: role -> event -> (what it does, the task). A training run: its epochs and iterations; an evaluation run
+#: (one epoch over the data): the run and its iterations.
+_IGNITE_EVENTS = {
+    "train": {"EPOCH_STARTED": ("begin", EPOCH), "EPOCH_COMPLETED": ("end", EPOCH),
+              "ITERATION_STARTED": ("begin", STEP), "ITERATION_COMPLETED": ("end", STEP)},
+    "eval": {"STARTED": ("begin", EVAL_LOOP), "COMPLETED": ("end", EVAL_LOOP),
+             "ITERATION_STARTED": ("begin", EVAL), "ITERATION_COMPLETED": ("end", EVAL)},
+}
+
+
+_ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers, "ignite": _ignite}

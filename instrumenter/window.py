@@ -120,11 +120,11 @@ class CollectionWindow:
     def detach(self) -> None:
         self._s.itt.detach()
 
-    def library(self, receiver: Any, method: str, domain: Any):
+    def library(self, receiver: Any, method: str, domain: Any, role: Optional[str] = None):
         """As :meth:`instrumenter.collection.Collection.library`; the library's steps count toward the window."""
         from .libraries import attach
 
-        return attach(self, receiver, method, domain)
+        return attach(self, receiver, method, domain, role)
 
     # -- collection control -----------------------------------------------------------
 

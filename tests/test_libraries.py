@@ -231,7 +231,7 @@ def test_an_object_of_another_library_stays_one_task_and_says_so_once(capsys):
         with libraries.attach(itt, estimator, "fit", None):
             assert estimator.fit(3) == 3
     assert itt.calls == []
-    assert capsys.readouterr().err.count("Estimator.fit(): not a Keras, Lightning or Hugging Face object") == 1
+    assert capsys.readouterr().err.count("Estimator.fit(): not a Keras, Lightning, Hugging Face or ignite object") == 1
 
 
 def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(capsys):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _evidence as ev
+from ._engines import RUN, engine_run
 from ._index import Function, Index, Site
 from ._markers import LIBRARY_METHODS
 from ._own_itt import calls_itt, crossing_own_markers, instrumented_by, own_domains, torch_profiler_call
@@ -116,6 +117,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     notes: List[Note] = []
     found = _loops(index, classifier, notes)
     library_calls = _train_calls(index, classifier, notes)
+    library_calls += _engine_calls(index, classifier, notes)
     library_calls += _eval_calls(index, classifier, found + library_calls, notes)
     found += library_calls
     found += _calls_given_a_role(index, classifier, found, notes)
@@ -184,6 +186,38 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
         else:
             rule = ev.train_call_rule(site.call, index.imports)
             found.append((site, "train-call", rule or f"{called}() trains inside a library"))
+    return found
+
+
+def _engine_calls(index: Index, classifier: Classifier, notes: List[Note]) -> List[_Found]:
+    """``<engine>.run(...)`` of the training engines the script makes (:mod:`transforms._engines`): a
+    train-call or an eval region, named for the engine (``trainer``, ``evaluator``), also where it runs
+    inside another engine's event handler. One inside a loop is its loop's (an RL loop may run one)."""
+    engines = index.bindings.engines
+    found: List[_Found] = []
+    for stmt, ordinal, function, loops, one_line in (index.simple if engines else ()):
+        call = next((c for c in index.calls_of.get(id(stmt), ()) if engine_run(c, engines)), None)
+        if call is None or loops:
+            continue
+        receiver = dotted(call.func.value) or RUN
+        site = Site(stmt, ordinal, function, loops, None, call, receiver.rsplit(".", 1)[-1], one_line)
+        forced = classifier.forced(stmt)
+        role = forced if forced is not None else classifier.engine_role(engines[receiver])
+        if forced is not None and forced[0] == "skip":
+            notes.append(Note(stmt.lineno, f"skipped: {_how(forced)}"))
+        elif one_line:
+            notes.append(Note(stmt.lineno, f"{receiver}.run() on its block's header line: left alone "
+                                           "(put it on its own line to have it marked)"))
+        elif site.compiled:
+            continue
+        elif role is None:
+            made_by = engines[receiver].made_by
+            notes.append(Note(stmt.lineno, f"{receiver}.run(): an engine made by {made_by}, but whether it trains "
+                                           "or evaluates cannot be told (its process function is not one of this "
+                                           f"file's): give it a role, --role {stmt.lineno}=train-call or =eval"))
+        elif role[0] in ("eval", "train-call"):
+            found.append((site, role[0], f"{receiver}.run() {'trains' if role[0] == 'train-call' else 'evaluates'} "
+                                         f"inside pytorch-ignite: {role[1]}" if forced is None else role[1]))
     return found
 
 
@@ -355,7 +389,7 @@ def _library_call(call: ast.Call, line: int, notes: List[Note]) -> Optional[Tupl
     a call (``Trainer(...).fit(model)`` would make a second trainer). Otherwise a note says why the
     call stays one task."""
     method = call.func.attr if isinstance(call.func, ast.Attribute) else None
-    if method not in LIBRARY_METHODS:
+    if method not in LIBRARY_METHODS and method != RUN:
         notes.append(Note(line, f"{dotted(call.func) or 'the call'}() stays one task: autoitt knows no "
                                 "callbacks for it"))
         return None
@@ -374,7 +408,10 @@ def _functions_run_inside(index: Index, sites: List[Site]) -> Set[int]:
     regions nest in themselves, which the copy's counted collection control
     and guarded emit_itt allow.
     """
-    inside: Set[int] = set()
+    engines = index.bindings.engines
+    # an engine's event handlers run inside its run(), when that is a region
+    inside = index.called_back_by({dotted(site.call.func.value) for site in sites
+                                   if site.call is not None and engine_run(site.call, engines)})
     region_nodes = {id(site.node) for site in sites}
     for function in index.functions.values():
         if any(id(loop) in region_nodes for loop in function.defined_in_loops):

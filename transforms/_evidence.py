@@ -12,6 +12,7 @@ import re
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from ._aliases import Alias, function_alias
+from ._engines import EngineBinding, engine_binding
 from ._markers import LIBRARY_EVALUATION
 from ._names import ImportTable, NamePattern, dotted, last_name
 
@@ -86,9 +87,10 @@ class Bindings:
     the result of calling something imported (``model = keras.Sequential()``).
     ``aliases``: names bound to a wrapped function (:func:`~transforms._aliases.function_alias`,
     ``p_train_step = jax.pmap(train_step)``): calling one runs the function it wraps.
+    ``engines``: names bound to a training engine (:mod:`transforms._engines`), the first binding each.
     """
 
-    __slots__ = ("optimizers", "train_ops", "instances", "external", "aliases")
+    __slots__ = ("optimizers", "train_ops", "instances", "external", "aliases", "engines")
 
     def __init__(self) -> None:
         self.optimizers: Set[str] = set()
@@ -96,6 +98,7 @@ class Bindings:
         self.instances: Dict[str, str] = {}
         self.external: Set[str] = set()
         self.aliases: Dict[str, Alias] = {}
+        self.engines: Dict[str, EngineBinding] = {}
 
 
 def is_optimizer_constructor(resolved: str) -> bool:
@@ -139,6 +142,10 @@ def collect_bindings(assignments: Iterable[ast.stmt], imports: ImportTable, clas
                 bindings.instances[name] = callee
         elif imports.is_imported(value.func):
             bindings.external.update(names)
+            engine = engine_binding(value, imports)
+            if engine is not None:
+                for name in names:
+                    bindings.engines.setdefault(name, engine)
     return bindings
 
 

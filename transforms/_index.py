@@ -173,11 +173,11 @@ class Index:
         for alias in self.bindings.aliases.values():
             if alias.compiler is None:
                 continue
-            function = self._function_named(alias.target)
+            function = self.function_named(alias.target)
             if function is not None and function.compiled is None:
                 function.compiled = f"{alias.compiler}-compiled"
 
-    def _function_named(self, node: ast.AST) -> Optional[Function]:
+    def function_named(self, node: ast.AST) -> Optional[Function]:
         """The one function of the file ``node`` can name (``train_step``, ``self.train_step``), if any."""
         if isinstance(node, ast.Name):
             found = self.functions.get(node.id)
@@ -300,6 +300,25 @@ class Index:
             found.extend(self.calls_of.get(id(stmt), ()))
             for block in child_blocks(stmt):
                 found.extend(self.block_calls(block, enter_loops))
+        return found
+
+    def called_back_by(self, objects: Set[str]) -> Set[int]:
+        """id of each function that one of ``objects`` (dotted names) calls back as an event handler:
+        decorated with ``@<object>.on(...)`` or given to ``<object>.add_event_handler(event, handler)``
+        (pytorch-ignite's engines register handlers so)."""
+        found: Set[int] = set()
+        if not objects:
+            return found
+        for function in self.functions.values():
+            if any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "on"
+                   and dotted(d.func.value) in objects for d in function.node.decorator_list):
+                found.add(id(function.node))
+        for call in self.all_calls:
+            if (isinstance(call.func, ast.Attribute) and call.func.attr == "add_event_handler"
+                    and len(call.args) >= 2 and dotted(call.func.value) in objects):
+                handler = self.function_named(call.args[1])
+                if handler is not None:
+                    found.add(id(handler.node))
         return found
 
     def function_calls(self, function: Function, enter_loops: bool) -> List[ast.Call]:

@@ -75,8 +75,9 @@ TORCH_RANGE = ("profiler", "itt")
 TORCH_RANGE_CALLS = ("range_push", "range_pop")
 #: ``<torch>.autograd.profiler.emit_itt()``: every PyTorch operator becomes an ITT task.
 EMIT_ITT = ("autograd", "profiler", "emit_itt")
-#: ``with <itt>.library(<object>, "<method>", <domain>):`` around a library call: the copy's runtime
-#: (instrumenter.libraries) has the library call back into epoch, step and eval tasks.
+#: ``with <itt>.library(<object>, "<method>", <domain>[, "<role>"]):`` around a library call: the copy's
+#: runtime (instrumenter.libraries) has the library call back into epoch, step and eval tasks; the role
+#: (``train``/``eval``) is given where the method's name does not say it (an ignite engine's ``run``).
 LIBRARY_CALL = "library"
 #: The methods whose callbacks it covers (Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
 #: Hugging Face train/evaluate/predict): those that train, those that evaluate or predict (which
@@ -86,6 +87,9 @@ LIBRARY_TRAINING = ("fit", "train")
 LIBRARY_EVALUATION = ("evaluate", "validate", "test", "predict")
 LIBRARY_METHODS = LIBRARY_TRAINING + LIBRARY_EVALUATION
 LIBRARY_STEP = "step"
+#: A library call's region role -> the role its ``library(...)`` context is given, where the method's name
+#: does not say it (instrumenter.libraries.ROLES).
+LIBRARY_ROLES = {"train-call": "train", "eval": "eval"}
 
 
 def quote(text: str) -> str:
@@ -154,9 +158,12 @@ class Markers:
         script's own profiler), which would raise."""
         return f"{self.torch}.{'.'.join(EMIT_ITT)}(enabled=not {self.torch}.autograd._profiler_enabled())"
 
-    def library(self, receiver: str, method: str) -> str:
-        """The context expression a library call runs inside, so its epochs, steps and evals are tasks."""
-        return self._call(LIBRARY_CALL, receiver, quote(method), self.domain)
+    def library(self, receiver: str, method: str, role: Optional[str] = None) -> str:
+        """The context expression a library call runs inside, so its epochs, steps and evals are tasks;
+        ``role`` (``train``/``eval``) where the method's name does not say it (an engine's ``run``)."""
+        if role is None:
+            return self._call(LIBRARY_CALL, receiver, quote(method), self.domain)
+        return self._call(LIBRARY_CALL, receiver, quote(method), self.domain, quote(role))
 
     # -- the header ------------------------------------------------------------------------------
 
@@ -316,8 +323,9 @@ class MarkerMatcher:
         return chain is not None and chain[1] == EMIT_ITT
 
     def _is_library(self, call: "cst.Call") -> bool:
-        return (dotted(call.func) == f"{self.itt}.{LIBRARY_CALL}" and len(call.args) == 3
-                and isinstance(call.args[2].value, self._cst.Name) and call.args[2].value.value == self.domain)
+        return (dotted(call.func) == f"{self.itt}.{LIBRARY_CALL}" and len(call.args) in (3, 4)
+                and isinstance(call.args[2].value, self._cst.Name) and call.args[2].value.value == self.domain
+                and (len(call.args) == 3 or isinstance(call.args[3].value, self._cst.SimpleString)))
 
     def is_wrapping_try(self, node: "cst.CSTNode") -> bool:
         """``try: ... finally: <markers>`` with at least one task marker, and nothing else."""

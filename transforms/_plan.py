@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ._detect import Detection, Note, Region
-from ._markers import (DOMAIN_VAR, ITT_NAMES, LIBRARY_STEP, LIBRARY_TRAINING, PT_REGION_VAR, RUNTIME_ALIASES,
-                       RUNTIME_CLASS, WINDOW_CLASS, Markers, free_name)
+from ._markers import (DOMAIN_VAR, ITT_NAMES, LIBRARY_METHODS, LIBRARY_ROLES, LIBRARY_STEP, PT_REGION_VAR,
+                       RUNTIME_ALIASES, RUNTIME_CLASS, WINDOW_CLASS, Markers, free_name)
 from ._mode import MAX_PT_REGIONS, Mode
 
 
@@ -87,7 +87,7 @@ def step_labels(regions: Sequence[Region]) -> Tuple[str, ...]:
     """The task names of step iterations: step loops' labels, and the library's step for a training call
     the copy looks into (sorted)."""
     labels = {r.label for r in regions if r.role == "step"}
-    if any(r.library is not None and r.library[1] in LIBRARY_TRAINING for r in regions):
+    if any(r.library is not None and r.role == "train-call" for r in regions):
         labels.add(LIBRARY_STEP)
     return tuple(sorted(labels))
 
@@ -184,5 +184,7 @@ def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: boo
     if controls:
         after.append(markers.pause())
     if region.library is not None:
-        contexts.append(markers.library(*region.library))
+        receiver, method = region.library
+        said = method in LIBRARY_METHODS  # fit, evaluate...: the runtime knows; run: the plan tells it
+        contexts.append(markers.library(receiver, method, None if said else LIBRARY_ROLES[region.role]))
     return Edit(region.ordinal, region.kind, region.line, Wrap(tuple(before), tuple(after), tuple(contexts)), each)

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import _eval_evidence as eev
 from . import _evidence as ev
+from ._engines import EngineBinding
 from ._index import Function, Index, Site
 from ._names import dotted, last_name
 
@@ -151,6 +152,25 @@ class Classifier:
                         break
         self._training[key] = found
         return found
+
+    def engine_role(self, engine: EngineBinding) -> Role:
+        """(role, why) of a training engine's ``run()``: what its factory says, else what its process
+        function does once per batch: updating parameters trains (a train-call), running the model
+        only evaluates. ``None`` when neither can be told (the function is not this file's)."""
+        if engine.role is not None:
+            return engine.role, f"an engine made by {engine.made_by} (line {engine.line})"
+        function = self.index.function_named(engine.process) if engine.process is not None else None
+        if function is None:
+            return None
+        update = self.found_in(function, "update", CALL_DEPTH, set())
+        if update:
+            return "train-call", (f"an engine made by {engine.made_by} (line {engine.line}), whose process "
+                                  f"function updates parameters: {update}")
+        forward = self.found_in(function, "forward", CALL_DEPTH, set())
+        if forward:
+            return "eval", (f"an engine made by {engine.made_by} (line {engine.line}), whose process function "
+                            f"runs the model without updating it: {forward}")
+        return None
 
     # -- loops ---------------------------------------------------------------------------------
 
