@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from . import _evidence as ev
 from ._engines import RUN, engine_run
 from ._index import Function, Index, Site
+from ._labels import labels
 from ._markers import LIBRARY_METHODS
 from ._own_itt import calls_itt, crossing_own_markers, instrumented_by, own_domains, torch_profiler_call
 from ._names import dotted
@@ -126,7 +127,10 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     if by is not None and by != "autoitt":
         found = _clear_of_own_markers(index, found, notes)
     found.sort(key=lambda item: item[0].ordinal)
-    regions = _regions(index, found, label_overrides or {}, {id(site) for site, _, _ in library_calls}, notes)
+    engines = index.bindings.engines
+    library_sites = {id(site) for site, _, _ in library_calls
+                     if not engine_run(site.call, engines) or engines[dotted(site.call.func.value)].callbacks}
+    regions = _regions(index, found, label_overrides or {}, library_sites, notes)
     return Detection(
         regions=tuple(regions),
         notes=tuple(sorted(notes, key=lambda n: n.line or 0)),
@@ -153,7 +157,14 @@ def _loops(index: Index, classifier: Classifier, notes: List[Note]) -> List[_Fou
         elif forced is not None and forced[0] == "train-call":
             notes.append(Note(line, "train-call is the role of a call, not of a loop: --role ignored"))
         elif role is None:
-            if id(site.node) in classifier.accumulating:
+            around = classifier.within_environment_step(site)
+            if around is not None:
+                notes.append(Note(line, f"loop inside the environment-interaction step loop at line {around}: "
+                                        "its updates are part of that loop's step, left unmarked"))
+            elif id(site.node) in classifier.generating:
+                notes.append(Note(line, f"not an evaluation: {classifier.generating[id(site.node)]}; left "
+                                        f"unmarked (--role {line}=eval marks it)"))
+            elif id(site.node) in classifier.accumulating:
                 outer, backward = classifier.accumulating[id(site.node)]
                 notes.append(Note(line, f"loop only accumulates gradients ({backward}) that the loop at line "
                                         f"{outer} applies once per iteration: that loop is the step, this one "
@@ -174,7 +185,7 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
     for site in index.call_sites:
         if index.resolve(site.call, site.function) is not None or site.compiled:
             continue  # a method of this file (e.g. Trainer.fit: its loops are found directly), or compiled
-        called = dotted(site.call.func)
+        called = dotted(site.call.func) or ast.unparse(site.call.func)
         forced = classifier.forced(site.node)
         if forced is not None and forced[0] == "skip":
             notes.append(Note(site.node.lineno, f"skipped: {_how(forced)}"))
@@ -216,8 +227,11 @@ def _engine_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Li
                                            "or evaluates cannot be told (its process function is not one of this "
                                            f"file's): give it a role, --role {stmt.lineno}=train-call or =eval"))
         elif role[0] in ("eval", "train-call"):
+            inside = "pytorch-ignite" if engines[receiver].callbacks else "a library"
+            if not engines[receiver].callbacks:
+                notes.append(Note(stmt.lineno, f"{receiver}.run() stays one task: autoitt knows no callbacks for it"))
             found.append((site, role[0], f"{receiver}.run() {'trains' if role[0] == 'train-call' else 'evaluates'} "
-                                         f"inside pytorch-ignite: {role[1]}" if forced is None else role[1]))
+                                         f"inside {inside}: {role[1]}" if forced is None else role[1]))
     return found
 
 
@@ -233,12 +247,13 @@ def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes
     for stmt, ordinal, function, loops, one_line in index.simple:
         if id(stmt) in taken:
             continue
-        call = next((c for c in index.calls_of.get(id(stmt), ()) if ev.eval_call(c, trained)), None)
+        call, label = next(((c, label) for c in index.calls_of.get(id(stmt), ())
+                            for label in [ev.eval_call(c, trained, index.imports)] if label), (None, None))
         if call is None or index.resolve(call, function) is not None:
             continue  # none, or a method of this file (its loops are found directly)
         if any(id(loop) in taken for loop in loops):
             continue
-        site = Site(stmt, ordinal, function, loops, None, call, call.func.attr, one_line)
+        site = Site(stmt, ordinal, function, loops, None, call, label, one_line)
         forced = classifier.forced(stmt)
         called = dotted(call.func)
         if forced is not None and forced[0] == "skip":
@@ -250,6 +265,8 @@ def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes
             continue
         elif forced is not None and forced[0] in ("eval", "train-call"):
             added.append((site, forced[0], forced[1]))
+        elif not isinstance(call.func, ast.Attribute):
+            added.append((site, "eval", f"{called}() evaluates inside a library (its evaluation loop)"))
         else:
             why = "a trainer" if dotted(call.func.value) not in trained else "trained in this file"
             added.append((site, "eval", f"{called}() evaluates inside a library ({why})"))
@@ -325,44 +342,7 @@ def _torch_profiler(index: Index) -> Optional[Note]:
     return Note(line, f"the script already runs {resolved}() (line {line}); not nesting emit_itt() inside it")
 
 
-# -- labels and nesting ----------------------------------------------------------------------------
-
-def _labels(found: List[_Found], overrides: Dict[int, str]) -> List[str]:
-    """One task label per region, unique per script.
-
-    A label given on the command line is kept as given. A repeated label is
-    qualified by its function's name, or by its line when the same function
-    has two such regions (two step loops in main()); what is still repeated
-    after that gets its line too.
-    """
-    bases = []
-    for site, role, _ in found:
-        if site.line in overrides:
-            bases.append((overrides[site.line], True))
-        else:
-            # A library call's task is named for its method (fit, evaluate); a loop's for its role.
-            call = site.call is not None and role in ("train-call", "eval")
-            bases.append(((site.call_label or "fit") if call else role, False))
-    counts: Dict[str, int] = {}
-    functions_of: Dict[str, List[Optional[str]]] = {}
-    for (site, _, _), (base, _) in zip(found, bases):
-        counts[base] = counts.get(base, 0) + 1
-        functions_of.setdefault(base, []).append(site.function.qualname if site.function else None)
-    labels: List[str] = []
-    for (site, _, _), (base, forced) in zip(found, bases):
-        qualname = site.function.qualname if site.function else None
-        if forced or counts[base] == 1:
-            labels.append(base)
-        elif qualname is not None and functions_of[base].count(qualname) == 1:
-            labels.append(f"{qualname.rsplit('.', 1)[-1]}.{base}")
-        else:
-            labels.append(f"{base}@{site.line}")
-    final_counts: Dict[str, int] = {}
-    for label in labels:
-        final_counts[label] = final_counts.get(label, 0) + 1
-    return [f"{label}@{site.line}" if final_counts[label] > 1 else label
-            for (site, _, _), label in zip(found, labels)]
-
+# -- regions and nesting ----------------------------------------------------------------------------
 
 def _regions(index: Index, found: List[_Found], overrides: Dict[int, str], library_sites: Set[int],
              notes: List[Note]) -> List[Region]:
@@ -370,7 +350,7 @@ def _regions(index: Index, found: List[_Found], overrides: Dict[int, str], libra
     region_nodes = {id(site.node) for site, _, _ in found}
     inside = _functions_run_inside(index, [site for site, _, _ in found])
     regions = []
-    for (site, role, reason), label in zip(found, _labels(found, overrides)):
+    for (site, role, reason), label in zip(found, labels(found, overrides)):
         end_line = (site.call.end_lineno if site.call is not None else site.node.end_lineno) or site.line
         nested = any(id(loop) in region_nodes for loop in site.loops)
         in_called = site.function is not None and any(id(f.node) in inside for f in site.function.chain())

@@ -1,8 +1,8 @@
 """Training engines: library objects whose one method runs a whole training or evaluation loop.
 
-pytorch-ignite is the one covered: ``trainer.run(loader, max_epochs=...)``
-trains and ``evaluator.run(loader)`` evaluates, with the same method. Which
-one an engine does is told by how the script made it (:func:`engine_binding`):
+pytorch-ignite's: ``trainer.run(loader, max_epochs=...)`` trains and
+``evaluator.run(loader)`` evaluates, with the same method. Which one an
+engine does is told by how the script made it (:func:`engine_binding`):
 
 * ``create_supervised_trainer(...)`` / ``create_supervised_evaluator(...)``
   say it in their name;
@@ -12,6 +12,10 @@ one an engine does is told by how the script made it (:func:`engine_binding`):
   detection of the function's body, so :mod:`transforms._detect` decides it
   from the :class:`EngineBinding` this module records.
 
+A trainer class of another library whose ``run()`` holds its loop (minGPT's
+``trainer = Trainer(config, model, data)``, then ``trainer.run()``) trains
+too; autoitt has no callbacks for it, so the call is one task.
+
 A name bound to an engine in several places keeps the first binding; ``run``
 of any other object (a TF1 session, a thread, ``subprocess``) is never taken
 for an engine's.
@@ -20,6 +24,7 @@ for an engine's.
 from __future__ import annotations
 
 import ast
+import re
 from typing import NamedTuple, Optional
 
 from ._names import ImportTable, dotted
@@ -32,6 +37,8 @@ _FACTORIES = {
     "ignite.engine.create_supervised_trainer": "train-call",
     "ignite.engine.create_supervised_evaluator": "eval",
 }
+#: A trainer class of another library (minGPT's Trainer, a PPOTrainer) whose run() trains.
+_TRAINER_CLASS = re.compile(r"Trainer$")
 #: Engines built around the script's own process function.
 _ENGINE_CLASSES = {
     "ignite.engine.Engine", "ignite.engine.engine.Engine",
@@ -45,13 +52,15 @@ class EngineBinding(NamedTuple):
     ``role``: ``train-call`` or ``eval`` when the factory says it, ``None`` when the process function
     decides. ``made_by``: the call as a reason shows it (``create_supervised_trainer()``,
     ``Engine(train_step)``). ``process``: the process function's expression given to ``Engine``.
-    ``line``: where it was made.
+    ``line``: where it was made. ``callbacks``: autoitt can mark its epochs and steps at run time
+    (instrumenter.libraries), an ignite engine; else its ``run()`` is one task.
     """
 
     role: Optional[str]
     made_by: str
     process: Optional[ast.AST]
     line: int
+    callbacks: bool = True
 
 
 def engine_binding(value: ast.Call, imports: ImportTable) -> Optional[EngineBinding]:
@@ -65,7 +74,13 @@ def engine_binding(value: ast.Call, imports: ImportTable) -> Optional[EngineBind
             (k.value for k in value.keywords if k.arg == "process_function"), None)
         given = dotted(process) if process is not None else None
         return EngineBinding(None, f"{shown}({given or '...'})", process, value.lineno)
+    if _TRAINER_CLASS.search(resolved) and not resolved.startswith(_CALLBACK_LIBRARIES):
+        return EngineBinding("train-call", f"{shown}()", None, value.lineno, callbacks=False)
     return None
+
+
+#: Libraries whose trainers train through another method (fit, train) that autoitt knows.
+_CALLBACK_LIBRARIES = ("lightning.", "pytorch_lightning.", "transformers.", "keras.", "tf_keras.")
 
 
 def engine_run(call: ast.Call, engines) -> Optional[str]:

@@ -19,11 +19,12 @@ from ._aliases import Alias
 from ._evidence import is_forward_call
 from ._names import NamePattern, dotted, last_name
 
-# A name that holds a model: model, ema_model, model_g, model2, encoder_q, lm_head, pipe, cnn, bert ...
+# A name that holds a model: model, ema_model, model_g, model2, encoder_q, lm_head, pipe, cnn, bert,
+# model_engine (DeepSpeed's engine, called as its model is) ...
 _MODEL_NAME = NamePattern(
     r"^(?:.*_)?(?:model|module|network|encoder|decoder|generator|discriminator|classifier|critic|actor"
     r"|policy|agent|backbone|head|transformer|predictor|pipeline|pipe|teacher|student|ensemble|lm|llm|vae"
-    r"|autoencoder|cnn|mlp|rnn|lstm|gru|vit|bert|gpt)"
+    r"|autoencoder|cnn|mlp|rnn|lstm|gru|vit|bert|gpt|engine)"
     r"(?:_[a-z]{1,3}|\d+)?$",
     re.I,
 )
@@ -167,3 +168,53 @@ def _iterated(node: ast.AST) -> Iterator[ast.AST]:
             yield from _iterated(node.func.value)
             return
     yield node
+
+
+# Names of a recurrent state or cache the model hands back to itself over data (an RNN's hidden state,
+# a transformer's past key/values): feeding them back is not generating.
+_CARRIED_STATE = NamePattern(r"hidden|state|mems?$|memory|cache|past|carry|^h$|^c$", re.I)
+# Calls that fetch a batch of data: a loop making one evaluates data, however it counts.
+_FETCHES_DATA = NamePattern(r"batch|^next$|load|data", re.I)
+
+
+def generation(loop: ast.AST, forward_calls: Iterable[ast.Call], body_calls: Iterable[ast.Call]) -> Optional[str]:
+    """Why a loop generates or samples (runs the model step by step on its own output) rather than
+    evaluating data, or ``None``.
+
+    A ``while`` loop, or a ``for`` over a count (``range(T)``, ``reversed(range(T))``), that fetches no
+    batch and feeds what a model call returned back into a model call: a diffusion model's
+    ``x = model(x, t)``, a language model's ``idx = torch.cat((idx, logits.argmax(-1)))``. A
+    recurrent state handed back (``out, hidden = model(x, hidden)``) is not output fed back.
+    """
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        if not any(isinstance(node, ast.Call) and last_name(node.func) in ("range", "trange")
+                   for node in _iterated(loop.iter)):
+            return None
+    elif not isinstance(loop, ast.While):
+        return None
+    if any(_FETCHES_DATA.search(last_name(call.func) or "") for call in body_calls):
+        return None
+    forward = list(forward_calls)
+    from_model = {id(call) for call in forward}
+    assignments = [node for stmt in loop.body for node in ast.walk(stmt)
+                   if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None]
+    fed: set = set()
+    grew = True
+    while grew:  # the names a model's output reaches, through assignments in the body
+        grew = False
+        for node in assignments:
+            if not any(id(n) in from_model or (isinstance(n, ast.Name) and n.id in fed) for n in ast.walk(node.value)):
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name) and name.id not in fed and not _CARRIED_STATE.search(name.id):
+                        fed.add(name.id)
+                        grew = True
+    for call in forward:
+        for argument in [*call.args, *(k.value for k in call.keywords)]:
+            name = next((n.id for n in ast.walk(argument) if isinstance(n, ast.Name) and n.id in fed), None)
+            if name:
+                return (f"{dotted(call.func) or 'the model'}() runs on its own output ({name}): generation or "
+                        "sampling step by step, not an evaluation over data")
+    return None
+

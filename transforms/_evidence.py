@@ -29,10 +29,13 @@ _TRAIN_OP_NAME = NamePattern(
 # gives a compiled copy (p_train_step for jax.pmap, jit_train_step, compiled_step_fn).
 _TRAIN_STEP_FUNCTION = NamePattern(
     r"^_*(?:(?:p|pmap|pmapped|jit|jitted|compiled|parallel)_)?"
-    r"(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn)$",
+    r"(?:train(?:ing)?_?(?:step|batch|iter|iteration|on_batch)|(?:update|optimi[sz]e)_step|(?:train_)?step_fn"
+    r"|train_(?:rlhf|ppo|dpo|grpo)(?:_step)?|(?:ppo|dpo|grpo)_(?:step|update))$",
     re.I,
 )
 _EPOCH_NAME = NamePattern(r"epoch", re.I)
+# A count within one epoch (steps_per_epoch, iters_per_epoch): a loop over it iterates over steps.
+_PER_EPOCH = NamePattern(r"per_?epoch", re.I)
 _EVAL_FUNCTION = NamePattern(
     r"(?:^|_)(?:eval|evaluate|evaluation|validate|validation|valid|val|test|testing|inference|predict)(?:_|$)",
     re.I,
@@ -209,6 +212,8 @@ def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
             return f"{shown}.step()"
         if attr == "step" and call.args and _names_an_optimizer(call.args[0], bindings):
             return f"{shown}.step({dotted(call.args[0])})"
+        if attr == "step" and (call.args or call.keywords) and _TRAINER_NAME.search(last_name(func.value) or ""):
+            return f"{shown}.step() (a trainer's update: trl's ppo_trainer.step(queries, responses, rewards))"
         if attr == "optimizer_step":
             return f"{shown}.optimizer_step()"
         if attr == "minimize" and _names_an_optimizer(func.value, bindings):
@@ -228,6 +233,8 @@ def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
                 if op:
                     return f"{shown}.run({op})"
     callee = last_name(func)
+    if _computes_gradients_jax(call):
+        return f"{dotted(func) or callee}() (gradients)"
     if callee == "apply_updates":
         # optax.apply_updates(params, updates): the new parameters of a JAX step.
         return f"{dotted(func) or callee}()"
@@ -239,10 +246,28 @@ def update_evidence(call: ast.Call, bindings: Bindings) -> Optional[str]:
     return None
 
 
+# An environment an RL loop steps: env, envs, train_env, vec_env, venv, environment ...
+_ENVIRONMENT_NAME = NamePattern(r"^(?:.*_)?(?:envs?|environments?|venv)$", re.I)
+
+
+def environment_step(call: ast.Call) -> Optional[str]:
+    """``envs.step()``-style text when ``call`` steps a reinforcement-learning environment, or ``None``."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "step" and _ENVIRONMENT_NAME.match(last_name(func.value) or ""):
+        return f"{dotted(func) or 'env.step'}()"
+    return None
+
+
 def computes_gradients(call: ast.Call) -> bool:
-    """True for an update that only computes gradients (``loss.backward()``): the
-    optimizer applies them elsewhere, and may do so once for many of them."""
-    return isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+    """True for an update that only computes gradients (``loss.backward()``, JAX's ``jax.grad(loss)``):
+    the optimizer applies them elsewhere, and may do so once for many of them."""
+    return (isinstance(call.func, ast.Attribute) and call.func.attr == "backward") or _computes_gradients_jax(call)
+
+
+def _computes_gradients_jax(call: ast.Call) -> bool:
+    """``jax.grad(loss_fn)``, ``jax.value_and_grad(...)`` (also called at once: ``jax.grad(f)(params)``)."""
+    name = dotted(call.func) or ""
+    return name in ("jax.grad", "jax.value_and_grad", "value_and_grad", "grad") or name.endswith(".value_and_grad")
 
 
 def train_call(call: ast.Call, imports: ImportTable) -> Optional[str]:
@@ -278,10 +303,14 @@ def _library_training(call: ast.Call, imports: ImportTable) -> Optional[Tuple[st
         return None
     if func.attr in ("fit", "fit_generator") and (call.args or call.keywords):
         return "fit", None
+    if func.attr == "learn" and any(k.arg == "total_timesteps" for k in call.keywords):
+        return "learn", (f"{dotted(func) or 'learn'}(total_timesteps=...) trains inside a library: a reinforcement "
+                         "learning agent (Stable-Baselines3's model.learn)")
     if func.attr == "fit" and _TRAINER_NAME.search(dotted(func.value) or ""):
         return "fit", None
     if func.attr == "train":
-        receiver = dotted(func.value) or ""
+        # a trainer made in the call (detectron2's DefaultTrainer(cfg).train()) is named by its class
+        receiver = dotted(func.value) or (last_name(func.value.func) or "" if isinstance(func.value, ast.Call) else "")
         keywords = {k.arg for k in call.keywords}
         if _TRAINER_NAME.search(receiver.rsplit(".", 1)[-1]) or keywords & {"input_fn", "max_steps", "hooks"}:
             return "train", None
@@ -308,9 +337,18 @@ def _is_input_function(node: ast.AST) -> bool:
     return bool(_INPUT_FN_NAME.search(last_name(node) or ""))
 
 
-def eval_call(call: ast.Call, trained: Iterable[str]) -> Optional[str]:
-    """The method name when ``call`` evaluates inside a library (Keras ``model.evaluate/predict``,
-    Lightning ``trainer.validate/test/predict``, Hugging Face ``trainer.evaluate/predict``), or ``None``.
+#: Library functions that run a whole evaluation loop: their task label.
+_EVALUATION_FUNCTIONS = {
+    "detectron2.evaluation.inference_on_dataset": "inference_on_dataset",
+    "detectron2.evaluation.evaluator.inference_on_dataset": "inference_on_dataset",
+}
+
+
+def eval_call(call: ast.Call, trained: Iterable[str], imports: ImportTable) -> Optional[str]:
+    """The task label when ``call`` evaluates inside a library, or ``None``: the method name of Keras
+    ``model.evaluate/predict``, Lightning ``trainer.validate/test/predict``, Hugging Face
+    ``trainer.evaluate/predict``, detectron2's ``Trainer.test(...)``; detectron2's
+    ``inference_on_dataset(model, loader, evaluator)``.
 
     The object must be one the file trains with a library call (``trained``
     holds those receivers: ``model`` of ``model.fit(...)``) or be named like a
@@ -318,6 +356,9 @@ def eval_call(call: ast.Call, trained: Iterable[str]) -> Optional[str]:
     evaluator of one's own) to be taken on its name.
     """
     func = call.func
+    function = _EVALUATION_FUNCTIONS.get(imports.resolve(func) or "")
+    if function is not None:
+        return function
     if not isinstance(func, ast.Attribute) or func.attr not in LIBRARY_EVALUATION:
         return None
     receiver = dotted(func.value)
@@ -383,7 +424,7 @@ def names_epochs(loop: ast.AST) -> Optional[str]:
     for part in parts:
         for node in ast.walk(part):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            if name and _EPOCH_NAME.search(name):
+            if name and _EPOCH_NAME.search(name) and not _PER_EPOCH.search(name):
                 return f"iterates over epochs ({name})"
     return None
 

@@ -16,7 +16,7 @@ import functools
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import _evidence as ev
-from ._names import ImportTable, dotted
+from ._names import ImportTable, dotted, last_name
 from ._parsing import Source
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -141,6 +141,8 @@ class Index:
         self.imports = ImportTable.from_imports(import_statements(self.tree.body))
         self.functions: Dict[str, Function] = {}
         self.classes: Dict[str, Dict[str, Function]] = {}
+        #: class qualname -> the names of its bases (last parts: ``HookBase`` of ``detectron2.engine.HookBase``)
+        self.class_bases: Dict[str, List[str]] = {}
         self.loops: List[Site] = []
         #: id(loop) -> the loop sites nested in it, at any depth
         self.nested: Dict[int, List[Site]] = {}
@@ -209,6 +211,7 @@ class Index:
             if isinstance(stmt, ast.ClassDef):
                 qual = f"{class_qualname}.{stmt.name}" if class_qualname else prefix + stmt.name
                 self.classes.setdefault(qual, {})
+                self.class_bases[qual] = [name for name in map(last_name, stmt.bases) if name]
                 self._walk(stmt.body, function, qual, loops, grad_off)
                 self.spans[ordinal] = self._ordinal
                 continue
@@ -356,6 +359,9 @@ class Index:
             return methods.get("__init__") if methods else None
         if not isinstance(func, ast.Attribute):
             return None
+        if func.attr in ("run", "experimental_run_v2") and call.args and "strategy" in (last_name(func.value) or "").lower():
+            # tf.distribute: strategy.run(step_fn, args=...) runs step_fn on each replica
+            return self._resolve(ast.Call(func=call.args[0], args=[], keywords=[]), function)
         receiver = dotted(func.value)
         if receiver in ("self", "cls") and function is not None:
             owner = next((f.class_qualname for f in function.chain() if f.class_qualname), None)
@@ -374,8 +380,40 @@ class Index:
                 return candidates[0]
         return None
 
-    def _method(self, class_qualname: str, name: str) -> Optional[Function]:
-        return self.classes.get(class_qualname, {}).get(name)
+    def _method(self, class_qualname: str, name: str, depth: int = 8) -> Optional[Function]:
+        """The class's method ``name``: its own, else the nearest of its bases' in this file."""
+        found = self.classes.get(class_qualname, {}).get(name)
+        if found is not None or depth <= 0:
+            return found
+        for base in self.class_bases.get(class_qualname, ()):
+            for candidate in self._classes_named(base):
+                found = self._method(candidate, name, depth - 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _classes_named(self, name: str) -> List[str]:
+        return [qual for qual in self.classes if qual.rsplit(".", 1)[-1] == name]
+
+    def overrides(self, method: Function) -> List[Function]:
+        """The methods of this file's subclasses (at any depth) that override ``method``: a call through
+        ``self`` may run any of them (a trainer base's ``self.run_step()``, run by a subclass's)."""
+        owner = method.class_qualname
+        if owner is None:
+            return []
+        found: List[Function] = []
+        seen = {owner}
+        frontier = [owner]
+        while frontier:
+            short = frontier.pop().rsplit(".", 1)[-1]
+            for qual, bases in self.class_bases.items():
+                if short in bases and qual not in seen:
+                    seen.add(qual)
+                    frontier.append(qual)
+                    override = self.classes.get(qual, {}).get(method.name)
+                    if override is not None:
+                        found.append(override)
+        return found
 
     def simple_sites(self) -> List[Site]:
         """Every simple statement as a :class:`Site` (only needed for compiled call sites)."""

@@ -55,6 +55,11 @@ class Classifier:
         self.accumulating: Dict[int, Tuple[int, str]] = {}
         #: id(loop) -> (line of a loop in it that only accumulates gradients, its backward pass)
         self._accumulated_by: Dict[int, Tuple[int, str]] = {}
+        #: id(loop) -> why it generates or samples (not an evaluation): left unmarked, with a note
+        self.generating: Dict[int, str] = {}
+        #: id(loop) -> whether it is an environment-interaction step loop (RL), and why
+        self._environment_steps: Dict[int, Optional[str]] = {}
+        self._site_of = {id(site.node): site for site in index.loops}
         self._training: Dict[Tuple[int, int], Optional[Tuple[int, str]]] = {}
         self._loops_of: Dict[Optional[str], List[Site]] = {}
         for site in index.loops:
@@ -111,8 +116,7 @@ class Classifier:
             if found:
                 return found
         for call in calls:
-            callee = self.index.resolve(call, function)
-            if callee is not None:
+            for callee in self._callees(call, function):
                 found = self.found_in(callee, kind, depth - 1, seen or set())
                 if found:
                     called = self._called(call, callee)
@@ -120,6 +124,16 @@ class Classifier:
                         return f"calls {called} -> {found[len('calls '):]}"
                     return f"calls {called}: {found}"
         return None
+
+    def _callees(self, call: ast.Call, function: Optional[Function]) -> List[Function]:
+        """The same-file functions ``call`` may run: the one it resolves to and, through ``self``, the
+        subclasses' overrides of it (a base trainer's loop calling ``self.run_step()``)."""
+        callee = self.index.resolve(call, function)
+        if callee is None:
+            return []
+        if dotted(call.func.value if isinstance(call.func, ast.Attribute) else call.func) not in ("self", "cls"):
+            return [callee]
+        return [callee, *self.index.overrides(callee)]
 
     def _called(self, call: ast.Call, callee: Function) -> str:
         """How a reason names the function a call runs: ``train_step()``, or through the name
@@ -145,11 +159,10 @@ class Classifier:
                 break
         if found is None:
             for call in self.index.function_calls(function, enter_loops=True):
-                callee = self.index.resolve(call, function)
-                if callee is not None:
-                    found = self.training_loop_in(callee, depth - 1, seen)
-                    if found:
-                        break
+                found = next(filter(None, (self.training_loop_in(callee, depth - 1, seen)
+                                           for callee in self._callees(call, function))), None)
+                if found:
+                    break
         self._training[key] = found
         return found
 
@@ -158,7 +171,8 @@ class Classifier:
         function does once per batch: updating parameters trains (a train-call), running the model
         only evaluates. ``None`` when neither can be told (the function is not this file's)."""
         if engine.role is not None:
-            return engine.role, f"an engine made by {engine.made_by} (line {engine.line})"
+            kind = "an engine" if engine.callbacks else "a trainer, whose run() holds its loop,"
+            return engine.role, f"{kind} made by {engine.made_by} (line {engine.line})"
         function = self.index.function_named(engine.process) if engine.process is not None else None
         if function is None:
             return None
@@ -173,6 +187,35 @@ class Classifier:
         return None
 
     # -- loops ---------------------------------------------------------------------------------
+
+    def within_environment_step(self, site: Site) -> Optional[int]:
+        """The line of the environment-interaction step loop (RL) ``site`` is nested in, if any: its updates
+        are part of that loop's step (``for _ in range(policy_frequency): ... optimizer.step()``)."""
+        if self.forced(site.node) is not None:
+            return None
+        return next((outer.lineno for outer in site.loops
+                     if id(outer) in self._site_of and self.environment_step(self._site_of[id(outer)])), None)
+
+    def environment_step(self, site: Site) -> Optional[str]:
+        """Why ``site`` is an RL step loop: each iteration steps an environment (``envs.step(action)``) and
+        updates parameters (in its body, possibly only past ``learning_starts`` or every few steps, or in
+        loops of its own), and no loop nested in it does both (that one is the step then)."""
+        key = id(site.node)
+        if key not in self._environment_steps:
+            self._environment_steps[key] = None
+            found = self._steps_environment_and_updates(site)
+            if found and not any(self._steps_environment_and_updates(inner)
+                                 for inner in self.index.nested.get(key, ())):
+                self._environment_steps[key] = found
+        return self._environment_steps[key]
+
+    def _steps_environment_and_updates(self, site: Site) -> Optional[str]:
+        calls = self.index.block_calls(site.node.body, enter_loops=True)
+        environment = ev.first(ev.environment_step(call) for call in calls)
+        if environment is None:
+            return None
+        update = self._evidence(calls, site.function, "update")
+        return f"steps an environment ({environment}) and updates parameters: {update}" if update else None
 
     def role(self, site: Site) -> Role:
         key = id(site.node)
@@ -195,6 +238,11 @@ class Classifier:
             return None  # a loop is never a train-call: _detect notes it
         if forced is not None:
             return forced
+        if self.within_environment_step(site) is not None:
+            return None  # part of the RL loop's step: _detect notes it
+        environment = self.environment_step(site)
+        if environment:
+            return "step", environment
         body_end = loop.body[-1].end_lineno or loop.body[-1].lineno
         for inner in self.index.nested.get(id(loop), ()):
             if inner.node.lineno > body_end:
@@ -226,6 +274,10 @@ class Classifier:
         forward = self._evidence(calls, site.function, "forward")
         if forward is None:
             return None  # nothing in it runs a model
+        generating = eev.generation(loop, [c for c in calls if self._recognisers["forward"](c)], calls)
+        if generating:
+            self.generating[id(loop)] = generating
+            return None
         return "eval", f"forward passes {context}" + ("" if forward in context else f": {forward}")
 
     def _step(self, site: Site, calls, update: str) -> Role:
