@@ -254,3 +254,12 @@ def test_a_script_that_trains_only_through_ignite_prints_what_it_prints_without_
                            cwd=tmp_path, timeout=300)
     assert plain.returncode == 0
     assert plain.stdout and plain.stdout in stderr  # --json: the script's output goes to stderr
+
+
+@pytest.mark.slow
+def test_an_engines_steps_are_counted_by_a_collection_window(tmp_path):
+    pytest.importorskip("ignite")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--skip-steps", "5", "--steps", "10",
+                   str(SAMPLES / "ignite_train.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [(s["label"], s["count"]) for s in json.loads(done.stdout)["steps"]] == [("step", 10)]
