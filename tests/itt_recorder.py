@@ -95,3 +95,17 @@ class Recorder:
         assert not self.open_tasks, f"tasks left open: {self.open_tasks}"
         assert not self.collecting, "collection left running (no pause after the region)"
         assert len(self.names("begin")) == len(self.names("end"))
+
+
+class StandInItt:
+    """Stands in for a copy's ``itt`` where a test calls the runtime itself (``instrumenter.libraries.attach``):
+    records task begins (with their names) and ends, and nothing reaches ittapi."""
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, Any]] = []
+
+    def task_begin(self, domain: Any, name: str) -> None:
+        self.calls.append(("begin", name))
+
+    def task_end(self, domain: Any) -> None:
+        self.calls.append(("end", None))

@@ -15,6 +15,7 @@ import pytest
 
 from instrumenter import libraries
 from tests.conftest import SAMPLES
+from tests.itt_recorder import StandInItt
 from tests.test_profile import autoitt
 from transforms import detect, instrument_source
 from transforms._parsing import parse_source
@@ -136,19 +137,6 @@ def test_an_engines_steps_are_step_labels():
 
 # -- the runtime, on the real ignite ---------------------------------------------------------------------------
 
-class _Itt:
-    """Stands in for the copy's ``itt``: records task begins and ends."""
-
-    def __init__(self):
-        self.calls = []
-
-    def task_begin(self, domain, name):
-        self.calls.append(("begin", name))
-
-    def task_end(self, domain):
-        self.calls.append(("end", None))
-
-
 @pytest.fixture
 def ignite():
     return pytest.importorskip("ignite.engine")
@@ -162,7 +150,7 @@ def _engine(ignite, seen):
 
 
 def test_a_trainer_run_records_its_epochs_and_steps(ignite):
-    itt, trainer = _Itt(), _engine(ignite, [])
+    itt, trainer = StandInItt(), _engine(ignite, [])
     with libraries.attach(itt, trainer, "run", None, "train"):
         trainer.run([1, 2], max_epochs=2)
     names = [name for kind, name in itt.calls if kind == "begin"]
@@ -171,7 +159,7 @@ def test_a_trainer_run_records_its_epochs_and_steps(ignite):
 
 
 def test_an_evaluation_in_an_epoch_completed_handler_is_inside_the_epoch(ignite):
-    itt, seen = _Itt(), []
+    itt, seen = StandInItt(), []
     trainer, evaluator = _engine(ignite, seen), _engine(ignite, seen)
 
     @trainer.on(ignite.Events.EPOCH_COMPLETED)
@@ -187,7 +175,7 @@ def test_an_evaluation_in_an_epoch_completed_handler_is_inside_the_epoch(ignite)
 
 
 def test_the_users_handlers_keep_their_order_and_ours_are_removed_after_the_run(ignite):
-    itt, order = _Itt(), []
+    itt, order = StandInItt(), []
     trainer = _engine(ignite, [])
     trainer.add_event_handler(ignite.Events.ITERATION_STARTED, lambda: order.append("first"))
     trainer.add_event_handler(ignite.Events.ITERATION_STARTED, lambda: order.append(itt.calls[-1]))
@@ -200,7 +188,7 @@ def test_the_users_handlers_keep_their_order_and_ours_are_removed_after_the_run(
 
 
 def test_an_exception_in_the_run_ends_every_task_and_removes_the_handlers(ignite):
-    itt = _Itt()
+    itt = StandInItt()
 
     def process(engine, batch):
         raise KeyError("stop")
@@ -215,7 +203,7 @@ def test_an_exception_in_the_run_ends_every_task_and_removes_the_handlers(ignite
 
 
 def test_an_engine_run_without_a_role_stays_one_task_and_says_why(ignite, capsys):
-    itt, trainer = _Itt(), _engine(ignite, [])
+    itt, trainer = StandInItt(), _engine(ignite, [])
     with libraries.attach(itt, trainer, "run", None):
         trainer.run([1], max_epochs=1)
     assert itt.calls == []

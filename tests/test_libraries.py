@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from instrumenter import libraries
+from tests.itt_recorder import StandInItt
 from tests.test_profile import autoitt
 from transforms import Mode, instrument_source
 
@@ -151,19 +152,6 @@ def test_a_collection_window_counts_library_steps(tmp_path):
 
 # -- in-process: what attaching does to the user's objects ----------------------------------------------
 
-class _Itt:
-    """Stands in for the copy's ``itt``: records task begins and ends."""
-
-    def __init__(self):
-        self.calls = []
-
-    def task_begin(self, domain, name):
-        self.calls.append(("begin", name))
-
-    def task_end(self, domain):
-        self.calls.append(("end", None))
-
-
 @pytest.fixture(scope="module")
 def keras():
     return pytest.importorskip("keras")
@@ -178,7 +166,7 @@ def _keras_model(keras):
 def test_keras_callbacks_given_positionally_are_joined_in_a_new_list(keras):
     import numpy as np
 
-    model, itt, mine = _keras_model(keras), _Itt(), []
+    model, itt, mine = _keras_model(keras), StandInItt(), []
     with libraries.attach(itt, model, "fit", None):
         model.fit(np.ones((4, 2)), np.ones((4, 1)), 2, 1, 0, mine)  # batch_size, epochs, verbose, callbacks
     assert mine == [] and itt.calls.count(("begin", "step")) == 2
@@ -188,7 +176,7 @@ def test_keras_callbacks_given_positionally_are_joined_in_a_new_list(keras):
 def test_keras_callbacks_given_through_kwargs_are_joined(keras):
     import numpy as np
 
-    model, itt = _keras_model(keras), _Itt()
+    model, itt = _keras_model(keras), StandInItt()
     options = {"epochs": 1, "verbose": 0, "callbacks": (keras.callbacks.History(),)}
     with libraries.attach(itt, model, "fit", None):
         model.fit(np.ones((4, 2)), np.ones((4, 1)), batch_size=4, **options)
@@ -198,7 +186,7 @@ def test_keras_callbacks_given_through_kwargs_are_joined(keras):
 def test_an_exception_inside_the_call_ends_every_task_the_callback_opened(keras):
     import numpy as np
 
-    model, itt = _keras_model(keras), _Itt()
+    model, itt = _keras_model(keras), StandInItt()
 
     class Stop(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -212,7 +200,7 @@ def test_an_exception_inside_the_call_ends_every_task_the_callback_opened(keras)
 
 
 def test_a_wrong_call_fails_as_it_would_without_autoitt(keras):
-    model, itt = _keras_model(keras), _Itt()
+    model, itt = _keras_model(keras), StandInItt()
     with pytest.raises(TypeError) as with_autoitt:
         with libraries.attach(itt, model, "fit", None):
             model.fit(no_such_argument=1)
@@ -226,7 +214,7 @@ def test_an_object_of_another_library_stays_one_task_and_says_so_once(capsys):
         def fit(self, x):
             return x
 
-    itt, estimator = _Itt(), Estimator()
+    itt, estimator = StandInItt(), Estimator()
     for _ in range(2):
         with libraries.attach(itt, estimator, "fit", None):
             assert estimator.fit(3) == 3
@@ -240,7 +228,7 @@ def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(c
             return x, callbacks
 
     Model.__module__ = "tf_keras.src.models"  # a Keras autoitt recognises, not installed here
-    itt, model = _Itt(), Model()
+    itt, model = StandInItt(), Model()
     with libraries.attach(itt, model, "fit", None):
         assert model.fit(3) == (3, None)
     assert itt.calls == [] and "fit" not in vars(model)
@@ -253,7 +241,7 @@ def test_the_lightning_trainer_gets_its_own_callbacks_list_back():
     trainer = pl.Trainer(callbacks=mine, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     before = trainer.callbacks
-    with libraries.attach(_Itt(), trainer, "fit", None):
+    with libraries.attach(StandInItt(), trainer, "fit", None):
         assert len(trainer.callbacks) == len(before) + 1 and mine == []
     assert trainer.callbacks is before
 

@@ -187,12 +187,9 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
             continue  # a method of this file (e.g. Trainer.fit: its loops are found directly), or compiled
         called = dotted(site.call.func) or ast.unparse(site.call.func)
         forced = classifier.forced(site.node)
-        if forced is not None and forced[0] == "skip":
-            notes.append(Note(site.node.lineno, f"skipped: {_how(forced)}"))
-        elif site.one_line:
-            notes.append(Note(site.node.lineno, f"{called}() on its block's header line: left alone "
-                                                "(put it on its own line to have it marked)"))
-        elif forced is not None and forced[0] in ("eval", "train-call"):
+        if _left_alone(site, called, forced, notes):
+            continue
+        if forced is not None and forced[0] in ("eval", "train-call"):
             found.append((site, forced[0], forced[1]))
         else:
             rule = ev.train_call_rule(site.call, index.imports)
@@ -214,14 +211,9 @@ def _engine_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Li
         site = Site(stmt, ordinal, function, loops, None, call, receiver.rsplit(".", 1)[-1], one_line)
         forced = classifier.forced(stmt)
         role = forced if forced is not None else classifier.engine_role(engines[receiver])
-        if forced is not None and forced[0] == "skip":
-            notes.append(Note(stmt.lineno, f"skipped: {_how(forced)}"))
-        elif one_line:
-            notes.append(Note(stmt.lineno, f"{receiver}.run() on its block's header line: left alone "
-                                           "(put it on its own line to have it marked)"))
-        elif site.compiled:
+        if _left_alone(site, f"{receiver}.run", forced, notes):
             continue
-        elif role is None:
+        if role is None:
             made_by = engines[receiver].made_by
             notes.append(Note(stmt.lineno, f"{receiver}.run(): an engine made by {made_by}, but whether it trains "
                                            "or evaluates cannot be told (its process function is not one of this "
@@ -256,14 +248,9 @@ def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes
         site = Site(stmt, ordinal, function, loops, None, call, label, one_line)
         forced = classifier.forced(stmt)
         called = dotted(call.func)
-        if forced is not None and forced[0] == "skip":
-            notes.append(Note(stmt.lineno, f"skipped: {_how(forced)}"))
-        elif one_line:
-            notes.append(Note(stmt.lineno, f"{called}() on its block's header line: left alone "
-                                           "(put it on its own line to have it marked)"))
-        elif site.compiled:
+        if _left_alone(site, called, forced, notes):
             continue
-        elif forced is not None and forced[0] in ("eval", "train-call"):
+        if forced is not None and forced[0] in ("eval", "train-call"):
             added.append((site, forced[0], forced[1]))
         elif not isinstance(call.func, ast.Attribute):
             added.append((site, "eval", f"{called}() evaluates inside a library (its evaluation loop)"))
@@ -271,6 +258,20 @@ def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes
             why = "a trainer" if dotted(call.func.value) not in trained else "trained in this file"
             added.append((site, "eval", f"{called}() evaluates inside a library ({why})"))
     return added
+
+
+def _left_alone(site: Site, called: str, forced: Optional[Tuple[str, str]], notes: List[Note]) -> bool:
+    """Whether a call's statement stays unmarked: skipped by ``--role``/a comment or on its block's header
+    line (each said in a note), or in compiled code (its call site is marked instead)."""
+    line = site.node.lineno
+    if forced is not None and forced[0] == "skip":
+        notes.append(Note(line, f"skipped: {_how(forced)}"))
+    elif site.one_line:
+        notes.append(Note(line, f"{called}() on its block's header line: left alone "
+                                "(put it on its own line to have it marked)"))
+    else:
+        return site.compiled is not None
+    return True
 
 
 def _how(forced: Tuple[str, str]) -> str:
