@@ -182,8 +182,10 @@ class Notebook:
         A prelude first does what Jupyter has done before a cell runs: the
         notebook's folder as working directory and, where IPython translated
         some of its syntax, an IPython shell whose namespace is the program's
-        own (``get_ipython()``, so ``%time x = f()`` sets ``x``). Its lines are
-        inserted lines of the map, shown as line 1.
+        own (``get_ipython()``, so ``%time x = f()`` sets ``x``). It follows what
+        Python wants first in a file (a docstring, ``from __future__`` imports:
+        Jupyter allows them in the first cell). Its lines are inserted lines of
+        the map, shown as the line they follow (1 at the top).
         """
         from transforms import LineMap
 
@@ -193,10 +195,15 @@ class Notebook:
                            "get_ipython = _autoitt_Shell.instance("
                            "user_module=__import__('sys').modules[__name__]).get_ipython\n")
         added = len(prelude)
+        after = _first_statements_end(code)
+        shown = max(1, after - sum(1 for line, _ in line_map.inserted if line <= after))
         shifted = LineMap(line_map.copy_lines + added, line_map.original_lines,
-                          tuple((line, 1) for line in range(1, added + 1))
-                          + tuple((line + added, shown) for line, shown in line_map.inserted))
-        return "".join(prelude).encode("utf-8") + code, shifted
+                          tuple((line, line_shown) for line, line_shown in line_map.inserted if line <= after)
+                          + tuple((after + n, shown) for n in range(1, added + 1))
+                          + tuple((line + added, line_shown) for line, line_shown in line_map.inserted
+                                  if line > after))
+        lines = code.splitlines(keepends=True)
+        return b"".join(lines[:after]) + "".join(prelude).encode("utf-8") + b"".join(lines[after:]), shifted
 
     def cell_starts(self) -> Tuple[Tuple[int, int, Optional[str]], ...]:
         """(first program line, index, id) of each code cell: ``cells`` in ``instrumentation.json``."""
@@ -207,6 +214,21 @@ class Notebook:
         ``%%time`` cell's ``pass`` needs no shell, which is slow to start)."""
         return self.uses_ipython and any("get_ipython()" in cell.translation.code for cell in self.cells
                                          if cell.translation.error is None)
+
+
+def _first_statements_end(code: bytes) -> int:
+    """The last line of what must come first in ``code``: its docstring and ``from __future__`` imports
+    (0 when there are none)."""
+    import ast
+
+    end = 0
+    for position, statement in enumerate(ast.parse(code).body):
+        docstring = (position == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                     and isinstance(statement.value.value, str))
+        if not docstring and not (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+            break
+        end = statement.end_lineno or statement.lineno
+    return end
 
 
 def read_notebook(data: bytes, name: str, use_ipython: Optional[bool] = None) -> Notebook:

@@ -314,6 +314,19 @@ def test_profile_runs_in_the_notebooks_folder_and_tracebacks_show_the_program(tm
 
 
 @pytest.mark.slow
+def test_profile_runs_a_notebook_whose_first_cell_opens_with_a_docstring_and_a_future_import(tmp_path):
+    (tmp_path / "data.txt").write_text("42")
+    write_notebook(tmp_path / "nb.ipynb",
+                   new_code_cell('"""Jupyter allows them first."""\nfrom __future__ import annotations\nimport torch'),
+                   new_code_cell(TIMED_TRAINING.split("\n", 1)[1]),
+                   new_code_cell("print('read', open('data.txt').read())"))
+    done = autoitt("profile", "--backend", "builtin", "-r", str(tmp_path / "result"), "nb.ipynb", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "read 42" in done.stdout  # the prelude still runs: the notebook's folder is the working directory
+    assert json.loads((tmp_path / "result" / "summary.json").read_text())["steps"][0]["count"] == 3
+
+
+@pytest.mark.slow
 def test_profile_without_ipython_runs_magics_as_no_ops_with_a_note(tmp_path):
     # An IPython package that cannot be imported, first on the path: as where IPython is not installed.
     (tmp_path / "stub" / "IPython").mkdir(parents=True)
