@@ -290,19 +290,24 @@ def _ignite(engine: Any, method: str, role: Optional[str], tasks: _Tasks, packag
     if not isinstance(handlers, dict) or not hasattr(engine, "remove_event_handler"):
         raise _CannotAttach("not an ignite Engine")
     added: List[Tuple[Any, Callable]] = []
-    for event_name, (action, task) in _IGNITE_EVENTS[role].items():
-        event = getattr(events, event_name)
-        handler = _ignite_handler(getattr(tasks, action), task)
-        engine.add_event_handler(event, handler)
-        added.append((event, handler))
-        listed = handlers.get(event)
-        if action == "begin" and isinstance(listed, list) and listed and listed[-1][0] is handler:
-            listed.insert(0, listed.pop())  # before the user's handlers of the event, whose order stays
 
     def undo() -> None:
         for event, handler in added:
             with contextlib.suppress(ValueError):  # the run removed it already
                 engine.remove_event_handler(handler, event)
+
+    try:
+        for event_name, (action, task) in _IGNITE_EVENTS[role].items():
+            event = getattr(events, event_name)
+            handler = _ignite_handler(getattr(tasks, action), task)
+            engine.add_event_handler(event, handler)
+            added.append((event, handler))
+            listed = handlers.get(event)
+            if action == "begin" and isinstance(listed, list) and listed and listed[-1][0] is handler:
+                listed.insert(0, listed.pop())  # before the user's handlers of the event, whose order stays
+    except Exception:
+        undo()  # a version of ignite laid out otherwise: the engine as it was, the call one task (attach says so)
+        raise
     return undo
 
 

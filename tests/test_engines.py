@@ -251,3 +251,23 @@ def test_an_engines_steps_are_counted_by_a_collection_window(tmp_path):
                    str(SAMPLES / "ignite_train.py"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [(s["label"], s["count"]) for s in json.loads(done.stdout)["steps"]] == [("step", 10)]
+
+
+def test_the_roles_the_copy_gives_are_those_the_runtime_knows():
+    from transforms._markers import LIBRARY_ROLES
+
+    assert set(LIBRARY_ROLES.values()) == set(libraries.ROLES)
+
+
+def test_an_engine_that_refuses_a_handler_is_left_as_it_was_and_the_call_is_one_task(ignite, capsys):
+    class Refusing(ignite.Engine):  # a class of its own: autoitt says a class's note once per process
+        def add_event_handler(self, event, handler, *args, **kwargs):
+            if len(sum(self._event_handlers.values(), [])) >= 2:
+                raise AttributeError("laid out otherwise")
+            return super().add_event_handler(event, handler, *args, **kwargs)
+
+    itt, trainer = StandInItt(), Refusing(lambda engine, batch: batch)
+    with libraries.attach(itt, trainer, "run", None, "train"):
+        trainer.run([1], max_epochs=1)
+    assert itt.calls == [] and not any(trainer._event_handlers.values())
+    assert "Refusing.run(): no callback could be made (AttributeError: laid out otherwise)" in capsys.readouterr().err
