@@ -118,19 +118,17 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     notes: List[Note] = []
     found = _loops(index, classifier, notes)
     library_calls = _train_calls(index, classifier, notes)
-    library_calls += _engine_calls(index, classifier, notes)
-    library_calls += _eval_calls(index, classifier, found + library_calls, notes)
-    found += library_calls
+    engine_calls, one_task = _engine_calls(index, classifier, notes)
+    library_calls += engine_calls
+    library_calls += _eval_calls(index, classifier, found + library_calls + one_task, notes)
+    found += library_calls + one_task
     found += _calls_given_a_role(index, classifier, found, notes)
     found += _compiled_call_sites(index, classifier)
     by = instrumented_by(source, index)
     if by is not None and by != "autoitt":
         found = _clear_of_own_markers(index, found, notes)
     found.sort(key=lambda item: item[0].ordinal)
-    engines = index.bindings.engines
-    library_sites = {id(site) for site, _, _ in library_calls
-                     if not engine_run(site.call, engines) or engines[dotted(site.call.func.value)].callbacks}
-    regions = _regions(index, found, label_overrides or {}, library_sites, notes)
+    regions = _regions(index, found, label_overrides or {}, {id(site) for site, _, _ in library_calls}, notes)
     return Detection(
         regions=tuple(regions),
         notes=tuple(sorted(notes, key=lambda n: n.line or 0)),
@@ -197,34 +195,38 @@ def _train_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Lis
     return found
 
 
-def _engine_calls(index: Index, classifier: Classifier, notes: List[Note]) -> List[_Found]:
+def _engine_calls(index: Index, classifier: Classifier, notes: List[Note]) -> Tuple[List[_Found], List[_Found]]:
     """``<engine>.run(...)`` of the training engines the script makes (:mod:`transforms._engines`): a
     train-call or an eval region, named for the engine (``trainer``, ``evaluator``), also where it runs
-    inside another engine's event handler. One inside a loop is its loop's (an RL loop may run one)."""
+    inside another engine's event handler. One inside a loop is its loop's (an RL loop may run one).
+    Those whose epochs and steps the runtime can mark (ignite's), and those that stay one task."""
     engines = index.bindings.engines
     found: List[_Found] = []
+    one_task: List[_Found] = []
     for stmt, ordinal, function, loops, one_line in (index.simple if engines else ()):
-        call = next((c for c in index.calls_of.get(id(stmt), ()) if engine_run(c, engines)), None)
+        call, receiver = next(((c, engine) for c in index.calls_of.get(id(stmt), ())
+                               for engine in [engine_run(c, engines)] if engine), (None, None))
         if call is None or loops:
             continue
-        receiver = dotted(call.func.value) or RUN
         site = Site(stmt, ordinal, function, loops, None, call, receiver.rsplit(".", 1)[-1], one_line)
         forced = classifier.forced(stmt)
-        role = forced if forced is not None else classifier.engine_role(engines[receiver])
         if _left_alone(site, f"{receiver}.run", forced, notes):
             continue
+        role = forced if forced is not None else classifier.engine_role(engines[receiver])
         if role is None:
             made_by = engines[receiver].made_by
             notes.append(Note(stmt.lineno, f"{receiver}.run(): an engine made by {made_by}, but whether it trains "
                                            "or evaluates cannot be told (its process function is not one of this "
                                            f"file's): give it a role, --role {stmt.lineno}=train-call or =eval"))
         elif role[0] in ("eval", "train-call"):
-            inside = "pytorch-ignite" if engines[receiver].callbacks else "a library"
-            if not engines[receiver].callbacks:
+            callbacks = engines[receiver].callbacks
+            if not callbacks:
                 notes.append(Note(stmt.lineno, f"{receiver}.run() stays one task: autoitt knows no callbacks for it"))
-            found.append((site, role[0], f"{receiver}.run() {'trains' if role[0] == 'train-call' else 'evaluates'} "
-                                         f"inside {inside}: {role[1]}" if forced is None else role[1]))
-    return found
+            inside = "pytorch-ignite" if callbacks else "a library"
+            (found if callbacks else one_task).append(
+                (site, role[0], f"{receiver}.run() {'trains' if role[0] == 'train-call' else 'evaluates'} "
+                                f"inside {inside}: {role[1]}" if forced is None else role[1]))
+    return found, one_task
 
 
 def _eval_calls(index: Index, classifier: Classifier, found: List[_Found], notes: List[Note]) -> List[_Found]:

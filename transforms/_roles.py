@@ -59,6 +59,8 @@ class Classifier:
         self.generating: Dict[int, str] = {}
         #: id(loop) -> whether it is an environment-interaction step loop (RL), and why
         self._environment_steps: Dict[int, Optional[str]] = {}
+        #: id(loop) -> whether it steps an environment and updates parameters (itself or in loops of its own)
+        self._environment_updates: Dict[int, Optional[str]] = {}
         self._site_of = {id(site.node): site for site in index.loops}
         self._training: Dict[Tuple[int, int], Optional[Tuple[int, str]]] = {}
         self._loops_of: Dict[Optional[str], List[Site]] = {}
@@ -131,7 +133,7 @@ class Classifier:
         callee = self.index.resolve(call, function)
         if callee is None:
             return []
-        if dotted(call.func.value if isinstance(call.func, ast.Attribute) else call.func) not in ("self", "cls"):
+        if not (isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls")):
             return [callee]
         return [callee, *self.index.overrides(callee)]
 
@@ -210,12 +212,15 @@ class Classifier:
         return self._environment_steps[key]
 
     def _steps_environment_and_updates(self, site: Site) -> Optional[str]:
-        calls = self.index.block_calls(site.node.body, enter_loops=True)
-        environment = ev.first(ev.environment_step(call) for call in calls)
-        if environment is None:
-            return None
-        update = self._evidence(calls, site.function, "update")
-        return f"steps an environment ({environment}) and updates parameters: {update}" if update else None
+        """Memoized: each loop is asked once, whichever of the loops around it asks."""
+        key = id(site.node)
+        if key not in self._environment_updates:
+            calls = self.index.block_calls(site.node.body, enter_loops=True)
+            environment = ev.first(ev.environment_step(call) for call in calls)
+            update = self._evidence(calls, site.function, "update") if environment else None
+            self._environment_updates[key] = (f"steps an environment ({environment}) and updates parameters: "
+                                              f"{update}" if update else None)
+        return self._environment_updates[key]
 
     def role(self, site: Site) -> Role:
         key = id(site.node)
