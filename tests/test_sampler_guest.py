@@ -118,41 +118,6 @@ def test_a_default_action_set_with_sa_siginfo_is_the_default_action_for_the_prog
     assert done.stdout == "survived\n"
 
 
-#: The program's own one-shot SIGURG handler (SA_RESETHAND), installed behind the hooks: the collector puts
-#: its handler back and runs the program's for each SIGURG that is not a sample. It must run once, and see
-#: the signal mask it sees without autoitt (Linux blocks the signal: SA_RESETHAND does not imply SA_NODEFER).
-ONE_SHOT_SIGURG = """
-import ctypes, signal, threading, ittapi.compat as itt
-libc = ctypes.CDLL(None, use_errno=True)
-seen = []
-
-@ctypes.CFUNCTYPE(None, ctypes.c_int)
-def one_shot(sig):
-    mask = (ctypes.c_ubyte * 128)()
-    libc.pthread_sigmask(0, None, mask)  # SIG_BLOCK with no set: the current mask
-    seen.append(bool(mask[(signal.SIGURG - 1) // 8] & (1 << (signal.SIGURG - 1) % 8)))
-
-act = (ctypes.c_char * 152)()  # struct sigaction: handler, mask (128 bytes), flags at 136
-ctypes.memmove(act, ctypes.byref(ctypes.c_void_p(ctypes.cast(one_shot, ctypes.c_void_p).value)), 8)
-ctypes.memmove(ctypes.addressof(act) + 136, ctypes.byref(ctypes.c_uint(0x80000000)), 4)  # SA_RESETHAND
-itt.resume()
-busy(0.05)
-assert libc.sigaction(signal.SIGURG, act, None) == 0
-busy(0.15)  # behind the hooks: the collector's scan keeps it as the program's and puts its own back
-signal.pthread_kill(threading.get_ident(), signal.SIGURG)
-signal.pthread_kill(threading.get_ident(), signal.SIGURG)  # the default action now: ignored
-print(seen)
-"""
-
-
-def test_a_programs_one_shot_handler_runs_once_with_its_signal_blocked_as_without_autoitt(tmp_path):
-    alone = subprocess.run([sys.executable, "-c", BUSY + ONE_SHOT_SIGURG], capture_output=True, text=True,
-                           timeout=60)
-    assert alone.stdout == "[True]\n", alone.stderr
-    done, _ = run_target(tmp_path, BUSY + ONE_SHOT_SIGURG)
-    assert done.stdout == alone.stdout
-
-
 def test_threads_the_program_starts_run_their_samples_on_an_alternate_stack_and_keep_their_own(tmp_path):
     done, traces = run_target(tmp_path, busy_script("""
         import ctypes, threading, ittapi.compat as itt
