@@ -1,10 +1,11 @@
-"""Builds autoitt's compiled parts: the ITT collector, and the trace reader's inner loop.
+"""Builds autoitt's compiled parts: the ITT collector, the trace reader's inner loop, a frameless wrapper.
 
-``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``;
-``instrumenter/builtin/pairing.c`` becomes ``instrumenter/_pairing*.so``.
+``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``.
 It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
-``instrumenter.collector.library_path()`` finds it. Building needs a C compiler
+``instrumenter.collector.library_path()`` finds it.
+``instrumenter/builtin/pairing.c`` becomes ``instrumenter/_pairing*.so`` (bound with ctypes).
+``instrumenter/around.c`` becomes the Python module ``instrumenter._around``. Building needs a C compiler
 (gcc or clang); everything else about the package is in pyproject.toml.
 """
 
@@ -31,6 +32,12 @@ setup(
             sources=["instrumenter/builtin/pairing.c"],
             extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
             libraries=["m"],
+        ),
+        # a callable wrapper with no Python frame, for the optimizer closures the copies mark (instrumenter/closures.py)
+        Extension(
+            "instrumenter._around",
+            sources=["instrumenter/around.c"],
+            extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
         ),
     ],
 )

@@ -8,6 +8,8 @@ The copy's markers stay the recipe's calls (``itt.resume()``,
   pauses when the last one ends, counted over every thread, generator and
   coroutine: one that finishes does not stop the collection of another still
   training (a pause is global: VTune's and autoitt's collector alike);
+* an optimizer's closure becomes a task (:mod:`instrumenter.closures`), so the
+  phases tell the forward and backward it runs from the optimizer's update;
 * a task name's ITT string handle is made once. ``ittapi.compat.task_begin``
   makes one per call and never gives its memory back: about 31 bytes a call,
   600 MB over 20 M steps.
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import threading
 from typing import Any, Dict, Optional
+
+from . import closures
 
 _lock = threading.Lock()
 #: training regions running now, in every thread of the process
@@ -50,6 +54,7 @@ class Collection:
     def resume(self) -> None:
         """A training region starts: collection resumes if it is the only one running."""
         global _regions
+        closures.install()
         with _lock:
             _regions += 1
             if _regions == 1:

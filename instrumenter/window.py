@@ -28,6 +28,7 @@ import sys
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from . import closures
 from .collection import task_begin
 
 
@@ -130,6 +131,7 @@ class CollectionWindow:
 
     def resume(self) -> None:
         """A training region starts; the window, not the region, decides when to collect."""
+        closures.install()
         with self._s.lock:
             self._s.regions += 1
 

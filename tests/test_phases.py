@@ -1,17 +1,26 @@
-"""Where a step's time goes: data, forward, backward, optimizer, other operators, Python.
+"""Where a step's time goes: data, forward, backward, optimizer, communication, other operators, Python.
 
 Real PyTorch loops under emit_itt and the real collector; the phases come
 from the same pass as every other statistic (instrumenter/builtin/phases.py
-has the rules).
+has the rules). Where the split of operator time matters (an optimizer's
+closure, DDP), it is checked against torch.profiler's on the same script
+(tests/torch_reference.py), within 10 points: the two profilers' own costs
+differ, and these machines are noisy.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.test_profile import autoitt
+
+REFERENCE = Path(__file__).with_name("torch_reference.py")
 
 COMMON = """
 import time, torch
@@ -75,7 +84,8 @@ def test_a_heavy_optimizer_is_its_loops_largest_operator_phase(tmp_path):
 def test_phase_shares_sum_to_one_and_the_phases_are_named(tmp_path):
     phases = phases_of(tmp_path, DATA_BOUND)
     assert sum(phase["share"] for phase in phases.values()) == pytest.approx(1.0, abs=0.05)
-    assert set(phases) == {"data", "forward", "backward", "optimizer", "other_ops", "python"}
+    assert set(phases) == {"data", "forward", "backward", "optimizer", "other_ops", "python"}  # no collective: no
+    # communication phase
 
 
 @pytest.mark.slow
@@ -84,3 +94,133 @@ def test_without_operator_tasks_the_work_is_one_compute_phase(tmp_path):
     done = autoitt("profile", "--json", "--no-torch-ops", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert set(json.loads(done.stdout)["steps"][0]["phases"]) == {"data", "compute", "python"}
+
+
+LBFGS = COMMON + """
+x = torch.randn(2048, 64)
+y = torch.sin(x[:, :1] * 3) + x[:, 1:2] ** 2
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                            torch.nn.Linear(256, 1))
+optimizer = torch.optim.LBFGS(model.parameters(), max_iter=20, tolerance_grad=0, tolerance_change=0)
+
+def closure():
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+for step in range(6):
+    optimizer.step(closure)
+"""
+
+LIGHTNING = COMMON + """
+import pytorch_lightning as pl
+from torch.utils.data import TensorDataset
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(128, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                       torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+data = TensorDataset(torch.randn(24 * 256, 128), torch.randint(0, 10, (24 * 256,)))
+trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, accelerator="cpu", devices=1)
+trainer.fit(Model(), DataLoader(data, batch_size=256))
+"""
+
+DDP = """
+import contextlib, os, socket, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+def reference():
+    if "TORCH_REFERENCE" not in os.environ:
+        return contextlib.nullcontext()
+    sys.path.insert(0, os.environ["TORCH_REFERENCE"])
+    from torch_reference import profiled
+    return profiled()
+
+def train(rank, port):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                                        torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                                                        torch.nn.Linear(512, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    with reference():
+        for step in range(60):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(train, args=(port,), nprocs=2)
+"""
+
+
+def operator_split(phases):
+    """Forward, backward and optimizer as shares of their sum (the part of a step both profilers see as operators)."""
+    seconds = {name: phases[name]["seconds_per_step"] for name in ("forward", "backward", "optimizer")}
+    whole = sum(seconds.values())
+    return {name: value / whole for name, value in seconds.items()}
+
+
+def reference_split(tmp_path, script, env=None):
+    """torch.profiler's split of the script's run (tests/torch_reference.py), averaged over its processes."""
+    done = subprocess.run([sys.executable, str(REFERENCE), "train.py"] if env is None else [sys.executable, "train.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"forward"')]
+    assert found, done.stderr[-3000:]
+    return {name: sum(split[name] for split in found) / len(found) for name in found[0]}
+
+
+def assert_within_ten_points(phases, reference):
+    ours = operator_split(phases)
+    assert all(abs(ours[name] - reference[name]) <= 0.10 for name in ours), (ours, reference)
+
+
+@pytest.mark.slow
+def test_an_optimizer_closures_forward_and_backward_are_not_optimizer_time(tmp_path):
+    # LBFGS runs the closure (forward and backward) up to 20 times inside one Optimizer.step
+    phases = phases_of(tmp_path, LBFGS)
+    assert phases["forward"]["share"] + phases["backward"]["share"] >= 0.5
+    assert phases["optimizer"]["share"] < 0.5
+    assert_within_ten_points(phases, reference_split(tmp_path, LBFGS))
+
+
+@pytest.mark.slow
+def test_lightnings_automatic_optimization_splits_as_torch_profiler_does(tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    phases = phases_of(tmp_path, LIGHTNING)
+    assert_within_ten_points(phases, reference_split(tmp_path, LIGHTNING))
+
+
+@pytest.mark.slow
+def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(tmp_path):
+    (tmp_path / "train.py").write_text(DDP)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    (step,) = summary["steps"]
+    phases = step["phases"]
+    assert phases["communication"]["share"] > 0.05, phases
+    assert {"gloo:all_reduce", "c10d::allreduce_"} <= {op["name"] for op in summary["operators"]}
+    env = dict(os.environ, TORCH_REFERENCE=str(REFERENCE.parent))
+    assert_within_ten_points(phases, reference_split(tmp_path, DDP, env))

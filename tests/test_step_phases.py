@@ -17,8 +17,11 @@ OWN = ("autoitt.train",)
 GROUPS = [("autoitt.train", "step_loop"), ("autoitt.train", "step"), ("PyTorch", "aten::conv2d"),
           ("PyTorch", "ConvolutionBackward0"), ("PyTorch", "Optimizer.step#Adam.step"),
           ("PyTorch", "aten::add_"), ("autoitt.train", "eval_loop"),
-          ("dnnl::primitive::execute", "convolution"), ("dnnl::primitive::create", "convolution")]
-LOOP, STEP, FORWARD, BACKWARD, OPTIMIZER, ADD, EVAL, EXECUTE, CREATE = range(len(GROUPS))
+          ("dnnl::primitive::execute", "convolution"), ("dnnl::primitive::create", "convolution"),
+          ("PyTorch", "Optimizer.closure"), ("PyTorch", "DistributedDataParallel.forward"),
+          ("PyTorch", "c10d::allreduce_"), ("PyTorch", "gloo:all_reduce")]
+(LOOP, STEP, FORWARD, BACKWARD, OPTIMIZER, ADD, EVAL, EXECUTE, CREATE, CLOSURE, DDP_FORWARD, ALLREDUCE,
+ GLOO) = range(len(GROUPS))
 CATEGORY = np.array([phases.category(d, n, OWN, {"step"}) for d, n in GROUPS])
 CREATION = np.array([d == phases.CREATION_DOMAIN for d, _ in GROUPS])
 
@@ -41,6 +44,49 @@ def test_a_steps_direct_children_give_forward_backward_and_optimizer_and_the_res
     assert found.steps == 1
     assert found.nanoseconds == {"data": 0, "forward": 20, "backward": 30, "optimizer": 20, "other_ops": 0,
                                  "python": 30}
+
+
+def test_what_an_optimizers_closure_runs_is_forward_and_backward_and_only_the_rest_is_optimizer():
+    # LBFGS: optimizer.step(closure) runs the forward and backward inside its own task, then its update (ADD)
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (OPTIMIZER, 10, 90), (CLOSURE, 15, 60),
+                          (FORWARD, 20, 30), (BACKWARD, 30, 55), (ADD, 65, 85)))
+    assert found.nanoseconds == {"data": 0, "forward": 10, "backward": 25, "optimizer": 80 - 45, "other_ops": 0,
+                                 "python": 20 + 10}  # outside the optimizer, and the closure's own time
+
+
+def test_a_closure_run_twice_gives_its_time_back_to_the_step_each_time():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (OPTIMIZER, 0, 100), (CLOSURE, 0, 30),
+                          (FORWARD, 0, 30), (CLOSURE, 50, 90), (BACKWARD, 50, 90)))
+    assert (found.nanoseconds["forward"], found.nanoseconds["backward"], found.nanoseconds["optimizer"]) == (30, 40, 30)
+
+
+def test_a_pytorch_range_that_is_not_an_operator_is_looked_through():
+    # DDP's forward is a record_function range around the model's operators
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (DDP_FORWARD, 10, 60), (FORWARD, 20, 40),
+                          (BACKWARD, 60, 90)))
+    assert found.nanoseconds == {"data": 0, "forward": 20, "backward": 30, "optimizer": 0, "other_ops": 0,
+                                 "python": 50}
+
+
+def test_a_collective_the_step_calls_is_communication():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 0, 40), (ALLREDUCE, 40, 60)))
+    assert found.nanoseconds["communication"] == 20
+    assert found.nanoseconds["python"] == 40
+
+
+def test_waiting_outside_tasks_while_a_collective_runs_on_another_thread_is_communication():
+    # DDP with gloo: the allreduce runs on gloo's thread; the step's thread waits at the end of backward()
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (BACKWARD, 10, 40), (GLOO, 20, 70, 11)))
+    assert found.nanoseconds["communication"] == 30  # 40..70: the allreduce while no task ran on the step's thread
+    assert found.nanoseconds["python"] == 100 - 30 - 30
+
+
+def test_a_wait_inside_a_closure_is_communication_and_the_optimizers_own_time_stays_its_own():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (OPTIMIZER, 10, 90), (CLOSURE, 15, 60),
+                          (BACKWARD, 20, 40), (GLOO, 30, 80, 11)))
+    assert found.nanoseconds["communication"] == 20  # 40..60, in the closure; 60..80 is the optimizer's update
+    assert found.nanoseconds["optimizer"] == 80 - 45
+    assert found.nanoseconds["python"] == 100 - 20 - 20 - 35
 
 
 def test_the_time_before_a_step_in_its_loop_is_data():

@@ -1,23 +1,43 @@
 """Where a step's time goes: the phase of each task, from its domain and name.
 
 A step loop's phases are measured (:func:`measure`) over its steady steps
-from the task instances the streaming pass keeps: a step's direct children
-on its thread, by category (:data:`CATEGORIES`), and the time in the loop
-before each step. The rules, for PyTorch's tasks under ``emit_itt`` (first
-match):
+from the task instances the streaming pass keeps: the tasks a step runs, by
+category (:data:`CATEGORIES`), and the time in the loop before each step. The
+rules, for PyTorch's tasks under ``emit_itt`` (first match):
 
 * ``data``: ``enumerate(DataLoader)#...`` (the DataLoader's ``__next__``);
   also, per step, the time since the previous step ended (or the loop
   began), less the own regions run there (an evaluation between steps): the
   next batch where the DataLoader is not a task, a ``tf.data`` iterator;
-* ``optimizer``: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``;
+* ``communication``: collectives (``c10d::...``, ``gloo:...``, ``nccl:...``,
+  ``mpi:...``, ``ucc:...``) the step calls; and the step's time outside
+  every task while a collective ran on another thread of its process: the
+  wait for DDP's allreduce at the end of ``backward()``, which gloo runs on
+  its own threads;
+* ``optimizer``: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``, less
+  the closures they run (below);
 * ``backward``: the autograd engine's tasks (``autograd::engine::...``,
   ``...Backward0``, ``AccumulateGrad``);
 * ``forward``: the other operators (``aten::``, ``autograd::``) called in the
   step;
 * ``other_ops``: any other task in the step (oneDNN primitives called
-  outside an operator, a framework's own ranges, the script's own markers);
+  outside an operator, other libraries' operators, the script's own markers);
 * ``python``: the step's time in no task at all.
+
+Phases go by the innermost category: the tasks that count are the step's
+children, and the children of what is looked through:
+
+* a range on PyTorch's domain that is not an operator (a name without
+  ``::``: ``DistributedDataParallel.forward``, ``record_function`` and
+  ``range_push`` blocks, ``ProfilerStep#...``): what it runs counts, its
+  own time is ``python``;
+* an optimizer's closure (``optimizer.step(closure)``: LBFGS, Lightning's
+  automatic optimization), a task of its own, :data:`CLOSURE_TASK`
+  (:mod:`instrumenter.closures`), wherever it runs in the step: what it runs
+  counts as if the step had run it (its forward and backward are
+  ``forward`` and ``backward``), its own time is ``python``, and its time is
+  taken from the counted task it ran in (the ``Optimizer.step``: what stays
+  ``optimizer`` is the optimizer's own update).
 
 A step whose tasks are none of forward, backward or optimizer (no operator
 tasks: ``--no-torch-ops``, TensorFlow, whose oneDNN tasks run on its own
@@ -30,15 +50,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from ..closures import CLOSURE_TASK
 from .intervals import Intervals, merged, overlapping
 
-#: The categories the pass counts children by; STEP marks a step in its holder's row.
-CATEGORIES = ("other_ops", "forward", "backward", "optimizer", "data", "step", "own")
-OTHER_OPS, FORWARD, BACKWARD, OPTIMIZER, DATA, STEP, OWN = range(len(CATEGORIES))
+#: The categories the pass counts children by; STEP marks a step in its holder's row; RANGE and CLOSURE are looked
+#: through (the module's docstring).
+CATEGORIES = ("other_ops", "forward", "backward", "optimizer", "data", "step", "own", "communication", "range",
+              "closure")
+OTHER_OPS, FORWARD, BACKWARD, OPTIMIZER, DATA, STEP, OWN, COMMUNICATION, RANGE, CLOSURE = range(len(CATEGORIES))
+LOOKED_THROUGH = (RANGE, CLOSURE)
+
+#: The ITT domain libtorch's wrapper (emit_itt, range_push) records on.
+TORCH_DOMAIN = "PyTorch"
+#: How collectives are named on it: c10d's dispatcher operators, and each process group backend's own ranges.
+COMMUNICATION_PREFIXES = ("c10d::", "gloo:", "nccl:", "mpi:", "ucc:")
 
 _BACKWARD = re.compile(r"^autograd::engine::|Backward\d*$|AccumulateGrad")
 
@@ -49,14 +78,20 @@ def category(domain: Optional[str], name: Optional[str], own_domains: Iterable[s
     name = name or ""
     if domain in own_domains:
         return STEP if name in step_labels else OWN
+    if name == CLOSURE_TASK:
+        return CLOSURE
     if name.startswith("enumerate(DataLoader)"):
         return DATA
+    if name.startswith(COMMUNICATION_PREFIXES):
+        return COMMUNICATION
     if name.startswith("Optimizer."):
         return OPTIMIZER
     if _BACKWARD.search(name):
         return BACKWARD
     if name.startswith(("aten::", "autograd::")):
         return FORWARD
+    if domain == TORCH_DOMAIN and "::" not in name:
+        return RANGE
     return OTHER_OPS
 
 
@@ -110,10 +145,14 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     s_begin, s_finish, s_depth = begin[chosen], finish[chosen], depth[chosen]
     at = np.searchsorted(s_begin, begin, side="right") - 1
     holder = np.maximum(at, 0)
-    child = (at >= 0) & (finish <= s_finish[holder]) & (depth == s_depth[holder] + 1)
+    inside = (at >= 0) & (finish <= s_finish[holder]) & (depth > s_depth[holder])
+    child = inside & (depth == s_depth[holder] + 1)
     duration = (tasks.end - tasks.start).astype(np.float64)
     categories = category_of[tasks.group]
-    by_category = np.bincount(categories[child], weights=duration[child], minlength=len(CATEGORIES))
+    counted, closures = _counted(begin, finish, depth, inside, child, categories)
+    by_category = np.bincount(categories[counted], weights=duration[counted], minlength=len(CATEGORIES))
+    for closure, holder_of in closures:
+        by_category[categories[holder_of]] -= duration[closure]
     step_time = float((s_finish - s_begin).sum())
 
     # before each step, the time since the previous step of the loop ended (or since the loop began):
@@ -136,6 +175,11 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     python = step_time - float(by_category.sum())
     rest = float(by_category[[OTHER_OPS, STEP, OWN]].sum())
     spans = _step_spans(tasks, chosen)
+    gaps = _outside_tasks(begin, finish, chosen, counted, closures, thread, threads, span, base)
+    waited = min(_waited(tasks, categories, gaps), max(python, 0.0))
+    python -= waited
+    if by_category[COMMUNICATION] or waited:
+        nanoseconds["communication"] = float(by_category[COMMUNICATION]) + waited
     if operators.any():
         nanoseconds.update(forward=float(by_category[FORWARD]), backward=float(by_category[BACKWARD]),
                            optimizer=float(by_category[OPTIMIZER]), other_ops=rest)
@@ -152,20 +196,104 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
                     int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()))
 
 
-def _parent_start(begin, finish, depth, chosen) -> np.ndarray:
-    """Per chosen step, where the instance holding it (one level up on its thread) begins; -1: none."""
-    result = np.full(len(chosen), -1, np.int64)
-    for level in np.unique(depth[chosen]).tolist():
+def _counted(begin, finish, depth, inside, child, categories) -> Tuple[np.ndarray, List[Tuple[int, int]]]:
+    """Which instances count for their steps' phases (the steps' children, and the children of what is looked
+    through: :data:`LOOKED_THROUGH`), and each closure with the counted instance it ran in, if one did."""
+    through = np.isin(categories, LOOKED_THROUGH)
+    if not (inside & through).any():
+        return child, []
+    closure = categories == CLOSURE
+    within = np.flatnonzero(inside)
+    parent = np.full(len(begin), -1, np.int64)
+    parent[within] = _parents(begin, finish, depth, within)
+    reached = child | (inside & closure)
+    for level in np.unique(depth[within]).tolist():  # a parent's level before its children's
+        mine = within[depth[within] == level]
+        mine = mine[parent[mine] >= 0]
+        up = parent[mine]
+        reached[mine] |= reached[up] & through[up]
+    counted = reached & ~through
+    pairs = []
+    for instance in np.flatnonzero(inside & closure).tolist():
+        holder = parent[instance]
+        while holder >= 0 and not counted[holder]:
+            holder = parent[holder]
+        if holder >= 0:
+            pairs.append((instance, holder))
+    return counted, pairs
+
+
+def _parents(begin, finish, depth, which) -> np.ndarray:
+    """Per instance of ``which``, the instance holding it (one level up on its thread); -1: none."""
+    result = np.full(len(which), -1, np.int64)
+    for level in np.unique(depth[which]).tolist():
         parents = np.flatnonzero(depth == level - 1)
         if not len(parents):
             continue
         parents = parents[np.argsort(begin[parents], kind="stable")]
-        mine = np.flatnonzero(depth[chosen] == level)
-        steps = chosen[mine]
-        at = np.searchsorted(begin[parents], begin[steps], side="right") - 1
-        ok = (at >= 0) & (finish[parents[np.maximum(at, 0)]] >= finish[steps])
-        result[mine[ok]] = begin[parents[at[ok]]]
+        mine = np.flatnonzero(depth[which] == level)
+        at = np.searchsorted(begin[parents], begin[which[mine]], side="right") - 1
+        ok = (at >= 0) & (finish[parents[np.maximum(at, 0)]] >= finish[which[mine]])
+        result[mine[ok]] = parents[at[ok]]
     return result
+
+
+def _parent_start(begin, finish, depth, chosen) -> np.ndarray:
+    """Per chosen step, where the instance holding it (one level up on its thread) begins; -1: none."""
+    parent = _parents(begin, finish, depth, chosen)
+    return np.where(parent >= 0, begin[np.maximum(parent, 0)], -1)
+
+
+def _outside_tasks(begin, finish, chosen, counted, closures, thread, threads, span, base
+                   ) -> Dict[int, Tuple[np.ndarray, np.ndarray]]:
+    """Per process, the chosen steps' time in no counted task (a closure's own time included), as
+    ``(starts, ends)`` in the tasks' clock: where the step's thread waits. On the threads' one number line,
+    then back to each thread's own clock."""
+    holders = np.array(sorted({holder for _closure, holder in closures}), np.int64)
+    inner = np.array([closure for closure, _holder in closures], np.int64)
+    leaves = counted.copy()
+    leaves[holders] = False
+    gaps = _minus((begin[chosen], finish[chosen]), (begin[leaves], finish[leaves]))
+    if len(holders):
+        gaps = _minus(gaps, _minus((begin[holders], finish[holders]), (begin[inner], finish[inner])))
+    starts, ends = gaps
+    line = starts // span
+    pid = threads[line] >> 32
+    shift = base - line * span
+    return {p: (starts[pid == p] + shift[pid == p], ends[pid == p] + shift[pid == p])
+            for p in np.unique(pid).tolist()}
+
+
+def _minus(a: Tuple[np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    """The time in spans ``a`` and in none of spans ``b`` (either may overlap itself), as sorted, disjoint
+    pieces."""
+    (a_start, a_end), (b_start, b_end) = a, b
+    points = np.concatenate([a_start, a_end, b_start, b_end]).astype(np.int64)
+    if not len(points):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    na, nb = len(a_start), len(b_start)
+    in_a = np.concatenate([np.ones(na), -np.ones(na), np.zeros(2 * nb)])
+    in_b = np.concatenate([np.zeros(2 * na), np.ones(nb), -np.ones(nb)])
+    order = np.argsort(points, kind="stable")
+    at = points[order]
+    a_open, b_open = np.cumsum(in_a[order]), np.cumsum(in_b[order])
+    keep = (a_open[:-1] > 0) & (b_open[:-1] == 0) & (at[1:] > at[:-1])
+    return at[:-1][keep], at[1:][keep]
+
+
+def _waited(tasks: Intervals, categories: np.ndarray, gaps: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> float:
+    """The steps' time outside tasks (``gaps``, per process) while a collective ran on another thread of their
+    process."""
+    total = 0.0
+    for pid, (starts, ends) in gaps.items():
+        if not len(starts):
+            continue
+        elsewhere = (tasks.pid == pid) & (categories == COMMUNICATION)
+        if not elsewhere.any():
+            continue
+        busy = merged(tasks.start[elsewhere].tolist(), tasks.end[elsewhere].tolist())
+        total += _overlap(busy, (starts, ends))
+    return total
 
 
 def _step_spans(tasks: Intervals, chosen: np.ndarray) -> Dict[int, Tuple[np.ndarray, np.ndarray]]:

@@ -19,7 +19,7 @@ from ..console import collected_line, duration, table
 from ..instrumentation import Instrumentation
 from ..summary import Hotspot, StepStats, Summary, TaskStats
 from .notes import notes
-from .taskstats import TORCH_DOMAIN
+from .taskstats import OPERATOR_PREFIXES, TORCH_DOMAIN
 
 #: Rows of the PyTorch domain's table (``--verbose``), and operators shown without it.
 _TOP = 12
@@ -34,7 +34,7 @@ _BAR = 30
 
 
 def _operator(task: TaskStats) -> bool:
-    return task.name.startswith(("aten::", "autograd::"))
+    return task.name.startswith(OPERATOR_PREFIXES)
 
 
 def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str]:

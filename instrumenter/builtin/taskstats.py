@@ -17,9 +17,10 @@ from ..summary import StepStats, Summary, TaskStats
 from . import phases
 from .aggregate import Aggregates, Intervals
 from .intervals import merged, overlapping
+from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 
-#: The domain libtorch's ITT wrapper (emit_itt, range_push) records on.
-TORCH_DOMAIN = "PyTorch"
+#: The names of the PyTorch tasks the operator table ranks: operators, and collectives (gloo's run on its threads).
+OPERATOR_PREFIXES = ("aten::", "autograd::") + COMMUNICATION_PREFIXES
 
 
 def task_stats(aggregates: Aggregates) -> List[TaskStats]:
@@ -157,7 +158,7 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
     """The summary of a run from its aggregates."""
     a = aggregates
     stats = task_stats(a)
-    operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(("aten::", "autograd::"))),
+    operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)),
                        key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
     if a.unfinished:
