@@ -1,10 +1,12 @@
 """Reading a long run's traces: events per second, peak memory and output sizes at 5 M, 20 M and 100 M events.
 
-    .venv/bin/python benchmarks/bench_reader.py [--events 5M,20M,100M] [--operators 3] [--keep]
+    .venv/bin/python benchmarks/bench_reader.py [--events 5M,20M,100M] [--operators 3] [--step-ns 1000] [--keep]
 
 For each size, a synthetic trace is written in the collector's format
-(``tests/trace_writer.py``: steps of 1 µs, each holding ``--operators``
-PyTorch operator tasks, so ``2 + 2 * operators`` events a step, on one thread),
+(``tests/trace_writer.py``: steps of 1 µs (``--step-ns``), each holding ``--operators``
+PyTorch operator tasks, so ``2 + 2 * operators`` events a step, on one thread;
+``--events 16M --operators 2000000 --step-ns 100000000`` is a run of four huge
+steps, as LBFGS makes),
 then two fresh processes run:
 
 * read: what ``autoitt profile`` does after the run with the built-in backend
@@ -33,25 +35,31 @@ sys.path.insert(0, str(ROOT))
 
 from tests.trace_writer import TraceWriter, steps_with_operators  # noqa: E402
 
-READ = """
+#: What the rewrite would have saved for a script ``train.py`` whose steps are ``step`` tasks on autoitt.train.
+INSTRUMENTATION = """
+from instrumenter.instrumentation import Instrumentation
+instrumentation = Instrumentation.from_json({"format": 1, "script": "train.py", "start_paused": False, "files": [{
+    "path": "train.py", "relative": "train.py", "module": None, "runs": "train_itt.py",
+    "outcome": "instrumented", "domain": "autoitt.train", "own_domains": [], "step_labels": ["step"],
+    "runtime": ["instrumenter.collection"], "sha256": "", "regions": [],
+    "line_map": {"copy_lines": 1, "original_lines": 1, "inserted": []}}]})
+"""
+
+READ = INSTRUMENTATION + """
 import sys, time
 from pathlib import Path
-from types import SimpleNamespace
 from instrumenter.builtin import BuiltinBackend
 from instrumenter.results import RunRecord
 folder = Path(sys.argv[1])
 record = RunRecord(script="train.py", copy="train_itt.py", args=[], backend="builtin", command=[], elapsed_s=1.0)
-instrumentation = SimpleNamespace(step_labels=["step"], domains=["autoitt.train"], start_paused=False,
-                                  domain="autoitt.train")
 started = time.perf_counter()
 summary = BuiltinBackend().read(folder, record, instrumentation)
 print(time.perf_counter() - started, summary.events, summary.steps[0].count)
 """
 
-REPORT = """
+REPORT = INSTRUMENTATION + """
 import io, sys, time
 from pathlib import Path
-from types import SimpleNamespace
 from rich.console import Console
 from instrumenter.builtin import BuiltinBackend
 folder = Path(sys.argv[1])
@@ -59,7 +67,7 @@ started = time.perf_counter()
 backend = BuiltinBackend()
 summary = backend.saved(folder)
 backend.render(summary, Console(file=io.StringIO(), width=120), script="train.py", result_dir=folder,
-               instrumentation=SimpleNamespace(domain="autoitt.train"))
+               instrumentation=instrumentation)
 print(time.perf_counter() - started)
 """
 
@@ -85,6 +93,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="5M,20M,100M", help="comma-separated event counts")
     parser.add_argument("--operators", type=int, default=3, help="operator tasks per step")
+    parser.add_argument("--step-ns", type=int, default=1000, help="each step's duration (at least 2 ns an operator)")
     parser.add_argument("--keep", action="store_true", help="keep the generated folders (printed)")
     options = parser.parse_args(argv)
     rows = []
@@ -94,7 +103,8 @@ def main(argv=None) -> int:
             folder = work / f"run-{events}"
             (folder / "itt").mkdir(parents=True)
             writer = TraceWriter(folder / "itt" / "itt-100.bin")
-            steps_with_operators(writer, events // (2 + 2 * options.operators), options.operators)
+            steps_with_operators(writer, events // (2 + 2 * options.operators), options.operators,
+                                 step_ns=options.step_ns)
             writer.close()
             (words, wall, rss) = _run(READ, folder)
             read_s, counted = float(words[0]), int(words[1])

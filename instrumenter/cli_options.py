@@ -79,7 +79,8 @@ def window(text: str) -> str:
 trace_steps_option = click.option(
     "--trace-steps", metavar="auto|all|A-B,...,-N", callback=checked(window),
     help="Which steps trace.json keeps every task of (operators, primitives; the run's own markers are always "
-         "kept): auto (the default) keeps everything up to a million tasks, else steps 2-11 and the last 10; "
+         "kept): auto (the default) keeps everything up to a million tasks, else steps 2-11 and the last 10, "
+         "whole steps while they hold at most a million tasks; "
          "all; or steps A-B, A, and -N for the last N. Statistics always cover the whole run. Built-in backend.")
 
 

@@ -63,6 +63,52 @@ def test_auto_keeps_steps_after_warm_up_and_the_last_ones_for_a_long_run(monkeyp
     assert "steps 2-11, the last 10 of 110" in note
 
 
+def _huge_steps(steps, operators_per_step):
+    """One process: steps of ``operators_per_step`` operators, 10 ns each, steps 10 ns apart."""
+    events, t = [], 0
+    for _ in range(steps):
+        events.append(Event("begin", 1, 1, t, DOMAIN, "step"))
+        for _k in range(operators_per_step):
+            events.append(Event("begin", 1, 1, t + 1, "PyTorch", "aten::addmm"))
+            events.append(Event("end", 1, 1, t + 9, "PyTorch", None))
+            t += 10
+        events.append(Event("end", 1, 1, t + 1, DOMAIN, None))
+        t += 10
+    return ProcessTrace(path=Path("itt-1.bin"), pid=1, ppid=0, start_ns=0, wall_start_ns=0, events=events)
+
+
+def _operators_per_step(kept, operators_per_step):
+    """Step ordinal (1-based) -> operators kept in it, for :func:`_huge_steps`."""
+    found = {}
+    for domain, _name, _pid, start in kept:
+        if domain == "PyTorch":
+            step = start // (10 * operators_per_step + 10) + 1
+            found[step] = found.get(step, 0) + 1
+    return found
+
+
+def test_auto_keeps_whole_steps_past_warm_up_within_its_budget_for_a_few_huge_steps(monkeypatch):
+    # LBFGS: four steps of thousands of operators each; the window's steps would hold them all
+    monkeypatch.setattr(timeline_module, "AUTO_ALL_TASKS", 300)
+    kept, note = _timeline([_huge_steps(4, 200)], "auto")
+    assert _operators_per_step(kept, 200) == {2: 200, 3: 200}  # past warm-up first; a third would pass 300
+    assert "steps 2-3 (whole steps while they held at most 300 tasks) of 4" in note
+
+
+def test_a_single_step_over_the_budget_is_still_held_whole(monkeypatch):
+    monkeypatch.setattr(timeline_module, "AUTO_ALL_TASKS", 300)
+    kept, _note = _timeline([_huge_steps(3, 500)], "auto")
+    assert _operators_per_step(kept, 500) == {2: 500}
+
+
+def test_the_budget_holds_whole_steps_of_a_long_run_too(monkeypatch):
+    monkeypatch.setattr(timeline_module, "AUTO_ALL_TASKS", 300)
+    kept, _note = _timeline([_huge_steps(200, 40)], "auto")
+    held = _operators_per_step(kept, 40)
+    assert min(held) == 2 and set(held.values()) == {40}  # whole steps, from the first past warm-up
+    assert len(held) * 40 <= 300 + 40  # at most one step past the budget
+
+
 def test_all_keeps_everything():
     kept, note = _timeline([_run(10)], "all")
     assert len(kept) == 30 and note is None

@@ -81,6 +81,8 @@ class Aggregates:
     limited: bool = False
     #: per pid, its collection windows (resume to pause), monotonic ns
     windows: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
+    #: the steps the window holds (1-based ordinals) in the process that ran the most steps
+    window_held: List[int] = field(default_factory=list)
 
     def percentile_ns(self, groups: Union[int, Sequence[int]], q: float) -> float:
         """The ``q`` quantile (0..1) of the durations of a group (or of several together), within
@@ -335,6 +337,7 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
     window: List[Intervals] = []
     window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
     window_steps = 0
+    window_held: List[int] = []
     for process, lut in zip(processes, luts):
         used = len(process.pointers)
         for name in ("count", "sum_ns", "inside_ns", "self_ns", "self_library_ns"):
@@ -352,7 +355,8 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
             part.group = lut[part.group].astype(np.int32)
             window.append(part)
             window_spans[process.trace.pid] = process.window.spans()
-            window_steps = max(window_steps, process.window.count)
+            if process.window.count >= window_steps:
+                window_steps, window_held = process.window.count, process.window.ordinals()
     names = list(groups)
     everything = not keep.overflowed
     if keep.overflowed:
@@ -364,7 +368,7 @@ def _merge(processes: List[_Process], keep: Keep, own_domains: Set[str]) -> Aggr
     merged["min_ns"][merged["count"] == 0] = 0
     return Aggregates(
         groups=names, histogram=histogram, kept=kept_all, kept_everything=everything,
-        window=Intervals.concat(window), window_spans=window_spans, window_steps=window_steps,
+        window=Intervals.concat(window), window_spans=window_spans, window_steps=window_steps, window_held=window_held,
         thread_time_ns=sum(p.thread_time_ns for p in processes), unfinished=sum(p.unfinished for p in processes),
         processes=len(processes),
         events=sum(p.trace.event_count + p.counted_events for p in processes),

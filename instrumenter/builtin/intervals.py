@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Deque, List, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -97,13 +97,16 @@ class Keep:
     All of them while the run's instances number at most ``limit`` (``None``: no limit; past it,
     :attr:`overflowed`, and those kept are dropped); and, whatever their number, those overlapping a
     window of steps (:class:`Window`, one per process): the steps whose 1-based ordinal falls in one of
-    ``ranges``, and the ``last`` steps. So one pass gives the timeline, whatever the run's length.
+    ``ranges``, and the ``last`` steps, whole steps while they hold at most ``budget`` instances in their
+    process (``None``: no budget). So one pass gives the timeline, whatever the run's length or its steps'.
     """
 
-    def __init__(self, limit: Optional[int] = None, ranges: Sequence[Tuple[int, int]] = (), last: int = 0) -> None:
+    def __init__(self, limit: Optional[int] = None, ranges: Sequence[Tuple[int, int]] = (), last: int = 0,
+                 budget: Optional[int] = None) -> None:
         self.limit = limit
         self.ranges = tuple(ranges)
         self.last = last
+        self.budget = budget
         self.kept = 0
         self.overflowed = limit == 0
 
@@ -116,7 +119,7 @@ class Keep:
         return not self.overflowed
 
     def window(self) -> "Window":
-        return Window(self.ranges, self.last)
+        return Window(self.ranges, self.last, self.budget)
 
 
 class Window:
@@ -126,24 +129,31 @@ class Window:
     thread, the order they began). Instances wait as candidates until no step they could overlap can
     still come into the window: older than the first of the ``last`` latest steps, they are kept if
     they overlap a step of ``ranges``, else dropped.
+
+    With a ``budget``, the window holds whole steps in the order their instances are decided (about the
+    order they ran) while the instances kept number under it: the first step is always held, and a step
+    is held or not as a whole (each instance goes with the last window step starting before it ends), so
+    a run of a few huge steps (thousands of operators each, as LBFGS makes) keeps a bounded timeline.
     """
 
-    def __init__(self, ranges: Tuple[Tuple[int, int], ...], last: int) -> None:
-        self.ranges, self.last = ranges, last
+    def __init__(self, ranges: Tuple[Tuple[int, int], ...], last: int, budget: Optional[int] = None) -> None:
+        self.ranges, self.last, self.budget = ranges, last, budget
         self.count = 0
-        self.chosen: Tuple[List[int], List[int]] = ([], [])  # steps in ``ranges``: starts, ends
-        self.latest: Deque[Tuple[int, int]] = deque(maxlen=max(last, 1))
+        self.chosen: List[Tuple[int, int, int]] = []  # steps in ``ranges``: start, end, ordinal
+        self.latest: Deque[Tuple[int, int, int]] = deque(maxlen=max(last, 1))
         self.candidates: List[Intervals] = []
         self.selected: List[Intervals] = []
+        self.taken = 0
+        #: per window step (by its start): whether it is held (decided when its first instance is)
+        self.held: Dict[int, bool] = {}
 
     def steps(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Steps that ended (in start order)."""
         for start, end in zip(starts.tolist(), ends.tolist()):
             self.count += 1
             if any(first <= self.count <= last for first, last in self.ranges):
-                self.chosen[0].append(start)
-                self.chosen[1].append(end)
-            self.latest.append((start, end))
+                self.chosen.append((start, end, self.count))
+            self.latest.append((start, end, self.count))
 
     def offer(self, instances: Intervals) -> None:
         """Instances that ended; decides on those it can."""
@@ -156,7 +166,7 @@ class Window:
         for part in self.candidates:
             old = part.end < cutoff
             if old.any():
-                self._select(part.take(old), merged(*self.chosen))
+                self._select(part.take(old), self.chosen)
                 part = part.take(~old) if not old.all() else None
             if part is not None:
                 waiting.append(part)
@@ -164,19 +174,78 @@ class Window:
 
     def finish(self) -> Intervals:
         """The instances kept, now that the last steps are known."""
-        spans = self.spans()
+        steps = self._steps()
+        if self.budget is not None:
+            self._decide_by_preference(steps)
         for part in self.candidates:
-            self._select(part, spans)
+            self._select(part, steps)
         self.candidates = []
         return Intervals.concat(self.selected)
 
     def spans(self) -> Tuple[np.ndarray, np.ndarray]:
-        """The window's steps so far, merged (all of them once the process's records are read)."""
-        if not self.last:
-            return merged(*self.chosen)
-        return merged(self.chosen[0] + [s for s, _ in self.latest], self.chosen[1] + [e for _, e in self.latest])
+        """The window's steps held so far, merged (all of them once the process's records are read)."""
+        held = [(start, end) for start, end, _ordinal in self._steps() if self._holds(start)]
+        return merged([start for start, _ in held], [end for _, end in held])
 
-    def _select(self, part: Intervals, spans: Tuple[np.ndarray, np.ndarray]) -> None:
+    def ordinals(self) -> List[int]:
+        """The 1-based ordinals of the steps the window holds, in order."""
+        return sorted(ordinal for start, _end, ordinal in self._steps() if self._holds(start))
+
+    def _holds(self, start: int) -> bool:
+        """Whether the window step starting at ``start`` is held; one no instance went with, while the budget
+        lasts."""
+        decided = self.held.get(start)
+        return decided if decided is not None else self.budget is None or self.taken < self.budget
+
+    def _steps(self) -> List[Tuple[int, int, int]]:
+        """Every step of the window: those of ``ranges`` and the latest, once each."""
+        return sorted(set(self.chosen) | (set(self.latest) if self.last else set()))
+
+    def _select(self, part: Intervals, steps: List[Tuple[int, int, int]]) -> None:
+        spans = merged([start for start, _, _ in steps], [end for _, end, _ in steps])
         inside = overlapping(spans, part.start, part.end)
-        if inside.any():
-            self.selected.append(part.take(inside))
+        if not inside.any():
+            return
+        part = part.take(inside)
+        if self.budget is not None:
+            part = part.take(self._admitted(part, np.array(sorted(start for start, _, _ in steps), np.int64)))
+        if len(part):
+            self.selected.append(part)
+
+    def _decide_by_preference(self, steps: List[Tuple[int, int, int]]) -> None:
+        """Decides on the steps still waiting, knowing each one's instances: those of ``ranges`` first (past
+        warm-up), then the latest, each in order. A run of a few steps waits whole until here."""
+        spans = merged([start for start, _, _ in steps], [end for _, end, _ in steps])
+        starts = np.array(sorted(start for start, _, _ in steps), np.int64)
+        waiting: Dict[int, int] = {}
+        for part in self.candidates:
+            inside = overlapping(spans, part.start, part.end)
+            keys, counts = np.unique(self._owner(part.end[inside], starts), return_counts=True)
+            for key, count in zip(keys.tolist(), counts.tolist()):
+                waiting[key] = waiting.get(key, 0) + count
+        taken = self.taken
+        named = [(start, ordinal) for start, _end, ordinal in steps
+                 if any(first <= ordinal <= last for first, last in self.ranges)]
+        for start, _ordinal in sorted(named, key=lambda s: s[1]) + [(s, o) for s, _e, o in steps]:
+            if start in waiting and start not in self.held:
+                self.held[start] = taken < self.budget or not any(self.held.values())
+                taken += waiting[start] if self.held[start] else 0
+
+    @staticmethod
+    def _owner(ends: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The window step each instance goes with (by its start): the last one starting before the instance
+        ends."""
+        return starts[np.maximum(np.searchsorted(starts, ends, side="right") - 1, 0)]
+
+    def _admitted(self, part: Intervals, starts: np.ndarray) -> np.ndarray:
+        """Which of ``part`` (instances overlapping window steps starting at ``starts``) go with a held step,
+        deciding on each step when its first instances come."""
+        owner = self._owner(part.end, starts)
+        keys, counts = np.unique(owner, return_counts=True)
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            if key not in self.held:
+                self.held[key] = self.taken < self.budget or not any(self.held.values())
+            if self.held[key]:
+                self.taken += count
+        held = np.array([key for key, kept in self.held.items() if kept], np.int64)
+        return np.isin(owner, held)

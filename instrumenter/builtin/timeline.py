@@ -8,8 +8,11 @@ window of steps (``--trace-steps``):
 
 * ``auto`` (the default): everything when the run has at most
   :data:`AUTO_ALL_TASKS` tasks; otherwise steps 2-11 (past warm-up) and the
-  last 10; and when the run's own tasks alone are more than that (millions
-  of tiny steps), its steps too only in that window (its loops, epochs and
+  last 10, whole steps while they hold at most :data:`AUTO_ALL_TASKS` tasks
+  in their process (the first of them always: a run of a few huge steps,
+  such as LBFGS's thousands of operators a step, keeps one or two of them);
+  and when the run's own tasks alone are more than that (millions of tiny
+  steps), its steps too only in that window (its loops, epochs and
   evaluations all kept), so the file stays one a viewer loads (about 100
   bytes a task);
 * ``all``: everything;
@@ -27,7 +30,7 @@ timeline's, whatever the run's length.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -97,7 +100,7 @@ def timeline(found: Aggregates, step_labels: Iterable[str], domains: Iterable[st
     dropped = int(found.count.sum()) - len(kept)
     if not dropped:
         return kept, None
-    return kept, _describe(steps, found.window_steps, dropped, steps_too)
+    return kept, _describe(steps, found.window_steps, found.window_held, dropped, steps_too)
 
 
 def keep_policy(steps: StepWindow) -> Keep:
@@ -105,16 +108,30 @@ def keep_policy(steps: StepWindow) -> Keep:
     :data:`AUTO_ALL_TASKS` tasks, else its window; for a chosen window, that window."""
     if steps.everything:
         return Keep(limit=None)
-    return Keep(limit=AUTO_ALL_TASKS if steps.automatic else 0, ranges=steps.ranges, last=steps.last)
+    if steps.automatic:
+        return Keep(limit=AUTO_ALL_TASKS, ranges=steps.ranges, last=steps.last, budget=AUTO_ALL_TASKS)
+    return Keep(limit=0, ranges=steps.ranges, last=steps.last)
 
 
-def _describe(steps: StepWindow, count: int, dropped: int, steps_too: bool) -> str:
-    parts = [f"{a}-{min(b, count)}" if b > a else str(a) for a, b in steps.ranges if a <= count]
-    if steps.last:
-        parts.append(f"the last {min(steps.last, count)}")
-    held = ", ".join(parts) if parts else "none"
+def _describe(steps: StepWindow, count: int, held: List[int], dropped: int, steps_too: bool) -> str:
+    named = {n for n in range(1, count + 1) if any(a <= n <= b for a, b in steps.ranges)}
+    named |= set(range(max(count - steps.last, 0) + 1, count + 1))
+    if set(held) == named:  # the window the user (or auto) asked for
+        parts = [f"{a}-{min(b, count)}" if b > a else str(a) for a, b in steps.ranges if a <= count]
+        if steps.last:
+            parts.append(f"the last {min(steps.last, count)}")
+        shown = ", ".join(parts) if parts else "none"
+    else:  # the budget held fewer: the steps it held, as ranges
+        runs: List[List[int]] = []
+        for ordinal in held:
+            if runs and runs[-1][1] == ordinal - 1:
+                runs[-1][1] = ordinal
+            else:
+                runs.append([ordinal, ordinal])
+        shown = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) or "none"
+        shown += f" (whole steps while they held at most {AUTO_ALL_TASKS:,} tasks)"
     if steps_too:
-        return (f"trace.json holds the run's loops, epochs and evaluations, and only steps {held} of {count} with "
+        return (f"trace.json holds the run's loops, epochs and evaluations, and only steps {shown} of {count} with "
                 f"every task in them: {dropped} tasks left out (--trace-steps all keeps them)")
     return (f"trace.json holds every task of the run's own markers, and the others (operators, primitives) only "
-            f"for steps {held} of {count}: {dropped} tasks left out (--trace-steps all keeps them)")
+            f"for steps {shown} of {count}: {dropped} tasks left out (--trace-steps all keeps them)")
