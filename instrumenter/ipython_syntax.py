@@ -84,14 +84,18 @@ def ipython_available() -> bool:
 def translate(text: str, use_ipython: bool = True) -> Translation:
     """The Python IPython runs for cell ``text`` (which ends with a line break); see the module docstring."""
     transformer = _transformer() if use_ipython else None
-    source, notes = _body_of_timed_cell(text)
+    # IPython drops a cell's leading blank lines; they are kept here, so that each line stays where it was
+    blank = re.match(r"(?:[ \t\f]*(?:\r\n|\r|\n))*", text).end()
+    leading, rest = text[:blank], text[blank:]
+    source, notes = _body_of_timed_cell(rest, len(lines_of(leading)))
     if transformer is not None:
         try:
-            code = transformer.transform_cell(source)
+            code = leading + transformer.transform_cell(source) if source else text
         except Exception as exc:  # noqa: BLE001 - IPython's transformer raises what its tokenizer raises
             return Translation(text, False, error=f"IPython cannot translate it: {exc}")
     else:
         code, more = _without_ipython(source)
+        code = leading + code
         notes += more
     awaits = False
     try:
@@ -102,6 +106,9 @@ def translate(text: str, use_ipython: bool = True) -> Translation:
         if not awaits:
             return Translation(code, False, error=f"syntax error: {exc.msg}", error_line=exc.lineno, notes=notes)
     before, after = lines_of(text), lines_of(code)
+    if len(before) == len(after):  # IPython empties a line of only whitespace: the cell's own line, for Python
+        after = [a if a != b and not a.strip() and not b.strip() else b for a, b in zip(before, after)]
+        code = "".join(after)
     changed = tuple(number for number, (a, b) in enumerate(zip(before, after)) if a != b)
     aligned = not awaits and len(before) == len(after) and all(_same_place(before[n], after[n]) for n in changed)
     return Translation(code, aligned, changed if aligned else (), notes=notes, awaits=awaits)
@@ -120,15 +127,16 @@ def _compiles_as_coroutine(code: str) -> bool:
 _RUN_ONCE = {"%%time": "untimed", "%%capture": "with its output shown"}
 
 
-def _body_of_timed_cell(text: str) -> Tuple[str, Tuple[str, ...]]:
+def _body_of_timed_cell(text: str, above: int = 0) -> Tuple[str, Tuple[str, ...]]:
     """(``text`` with its first line ``pass`` when it is a bare ``%%time``/``%%capture``, the note), else
-    (``text``, no note): the body can then take markers, which a ``run_cell_magic`` string could not."""
+    (``text``, no note): the body can then take markers, which a ``run_cell_magic`` string could not.
+    ``above``: the cell's blank lines before ``text``, for the note's line number."""
     lines = lines_of(text)
     magic = lines[0].strip() if lines else ""
     if magic not in _RUN_ONCE:
         return text, ()
     ending = lines[0][len(lines[0].rstrip("\r\n")):]
-    note = (f"line 1: {magic} cell: its body is read as Python, so that its loops can be marked "
+    note = (f"line {above + 1}: {magic} cell: its body is read as Python, so that its loops can be marked "
             f"(`autoitt profile` runs it {_RUN_ONCE[magic]})")
     return "".join([f"pass{ending}", *lines[1:]]), (note,)
 

@@ -164,6 +164,39 @@ def test_a_magic_inside_a_loop_is_put_back_at_its_new_indentation(work):
     assert (work / "back.ipynb").read_bytes() == (work / "m.ipynb").read_bytes()
 
 
+#: Jupyter keeps a loop body's indentation on its blank lines; IPython runs them emptied
+WHITESPACE_LINES = "import torch\nmodel = torch.nn.Linear(2, 1)\nfor step in range(2):\n    \n" \
+                   "    loss = model(torch.ones(2)).sum()\n        \n    loss.backward()\n"
+
+
+@pytest.mark.parametrize("ipython", [True, False], ids=["ipython", "without-ipython"])
+def test_a_line_of_only_whitespace_inside_a_loop_keeps_its_markers_and_strips_back(work, monkeypatch, ipython):
+    if not ipython:
+        monkeypatch.setattr(ipython_syntax, "_transformer", lambda: None)
+    write_notebook(work / "w.ipynb", new_code_cell(WHITESPACE_LINES, id="train"))
+    assert [(r["role"], r["line"]) for r in loops_json("w.ipynb")] == [("step", 3)]
+    assert invoke("instrument", "w.ipynb").exit_code == 0
+    assert 'itt.task_begin(_autoitt_domain, "step")' in code_sources(work / "w_itt.ipynb")[0]
+    invoke("strip", "w_itt.ipynb", "-o", "back.ipynb")
+    assert (work / "back.ipynb").read_bytes() == (work / "w.ipynb").read_bytes()
+
+
+def test_a_cell_opening_with_blank_lines_keeps_its_markers_at_its_own_lines(work):
+    # IPython drops a cell's leading blank lines before it runs it
+    write_notebook(work / "b.ipynb", new_code_cell("\n  \n" + WHITESPACE_LINES, id="train"))
+    assert [(r["role"], r["line"]) for r in loops_json("b.ipynb")] == [("step", 5)]
+    assert invoke("instrument", "b.ipynb").exit_code == 0
+    invoke("strip", "b_itt.ipynb", "-o", "back.ipynb")
+    assert (work / "back.ipynb").read_bytes() == (work / "b.ipynb").read_bytes()
+
+
+def test_a_time_cell_magic_after_blank_lines_is_still_read_as_its_body(work):
+    write_notebook(work / "t.ipynb", new_code_cell("\n" + TIMED_TRAINING, id="timed"))
+    result = invoke("instrument", "t.ipynb")
+    assert result.exit_code == 0, result.stderr
+    assert "cell 1 (id timed), line 2: %%time cell: its body is read as Python" in result.stderr
+
+
 def test_a_cell_magic_cell_runs_as_ipython_runs_it_without_markers_and_with_a_note(work):
     write_notebook(work / "c.ipynb", new_code_cell("import torch\nmodel = torch.nn.Linear(2, 1)"),
                    new_code_cell("%%timeit -n 1 -r 1\nfor step in range(2):\n    model(torch.ones(2)).sum().backward()",
