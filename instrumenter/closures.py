@@ -67,9 +67,30 @@ def install() -> bool:
     return True
 
 
+def _around_type() -> Any:
+    """``instrumenter._around.Around``, loaded from this module's folder by path: in a copy's process this
+    module is loaded by the launcher without the ``instrumenter`` package (the user may have one of that
+    name), and a relative import would import the package."""
+    name = f"{__package__}._around" if __package__ else "_around"
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib.machinery
+        import importlib.util
+        import os
+
+        folder = os.path.dirname(os.path.abspath(__file__))
+        path = next(p for p in (os.path.join(folder, "_around" + suffix)
+                                for suffix in importlib.machinery.EXTENSION_SUFFIXES) if os.path.exists(p))
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return module.Around
+
+
 def _hook(torch: Any, itt: Any):
     """The pre-hook: the step's closure (``step(closure)`` or ``step(closure=...)``) wrapped, while a profiler is on."""
-    from ._around import Around
+    Around = _around_type()
 
     profiling = torch.autograd._profiler_enabled
     begin = functools.partial(itt.rangePush, CLOSURE_TASK)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Optional
 
-from . import closures
+from .closures import install as install_closures
 
 _lock = threading.Lock()
 #: training regions running now, in every thread of the process
@@ -54,7 +54,7 @@ class Collection:
     def resume(self) -> None:
         """A training region starts: collection resumes if it is the only one running."""
         global _regions
-        closures.install()
+        install_closures()
         with _lock:
             _regions += 1
             if _regions == 1:

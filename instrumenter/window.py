@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from . import closures
+from .closures import install as install_closures
 from .collection import task_begin
 
 
@@ -131,7 +131,7 @@ class CollectionWindow:
 
     def resume(self) -> None:
         """A training region starts; the window, not the region, decides when to collect."""
-        closures.install()
+        install_closures()
         with self._s.lock:
             self._s.regions += 1
 

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,18 @@ def test_a_closure_sees_the_same_stack_and_traceback_as_without_autoitt(tmp_path
     expected = (plain / "seen.txt").read_text()
     assert "closure" in expected and "third call" not in expected
     assert (profiled / "seen.txt").read_text() == expected
+
+
+@pytest.mark.slow
+def test_marking_closures_leaves_a_users_own_instrumenter_module_theirs(tmp_path):
+    # the runtime is loaded by path, without autoitt's package: a script's own `instrumenter` stays its own
+    (tmp_path / "instrumenter.py").write_text("WHO = 'the user instrumenter'\n")
+    (tmp_path / "train.py").write_text(SEES_ITS_STACK.replace("import os, traceback, torch",
+                                                              "import os, traceback, torch, instrumenter") +
+                                       "print(instrumenter.WHO)\n")
+    # the console script, as users run it: `python -m instrumenter` here would run the user's module
+    done = subprocess.run([str(Path(sys.executable).with_name("autoitt")), "profile", "--json", "-r", "out", "train.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the user instrumenter" in done.stderr
+    assert closures.CLOSURE_TASK in {task["name"] for task in json.loads(done.stdout)["tasks"]}

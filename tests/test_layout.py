@@ -98,8 +98,8 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/launch/__main__.py": set(),  # run by path: nothing of autoitt's, not even relatively
     "instrumenter/collection.py": {"ittapi", "instrumenter.libraries", "instrumenter.closures"},
     "instrumenter/window.py": {"ittapi", "instrumenter.collection", "instrumenter.libraries", "instrumenter.closures"},
-    # torch is found in sys.modules, never imported; _around is autoitt's own C wrapper
-    "instrumenter/closures.py": {"instrumenter._around"},
+    # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path
+    "instrumenter/closures.py": set(),
     # the frameworks it imports are named by the object's class (already imported), never by name here
     "instrumenter/libraries.py": set(),
 }

@@ -54,8 +54,9 @@ import types
 
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
 INSTRUMENTATION_OPTION = "--instrumentation"
-#: The runtime modules copies import, in the order they import each other (window uses collection).
-RUNTIME_MODULES = ("instrumenter.collection", "instrumenter.window")
+#: The runtime modules copies import, in the order they import each other (window uses collection, which
+#: uses closures).
+RUNTIME_MODULES = ("instrumenter.closures", "instrumenter.collection", "instrumenter.window")
 
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,8 +148,10 @@ class _Instrumentation:
     def runtime(self) -> list:
         """autoitt's modules the copies import, each once, in the order they import each other."""
         wanted = {module for f in self.files.values() for module in f["runtime"]}
+        if RUNTIME_MODULES[2] in wanted:
+            wanted.add(RUNTIME_MODULES[1])  # the window's task_begin is the collection's
         if RUNTIME_MODULES[1] in wanted:
-            wanted.add(RUNTIME_MODULES[0])  # the window's task_begin is the collection's
+            wanted.add(RUNTIME_MODULES[0])  # the collection marks optimizer closures
         return [module for module in RUNTIME_MODULES if module in wanted]
 
 
