@@ -128,3 +128,20 @@ def new_result_dir(script: Path, chosen: Optional[Path]) -> Path:
                 n += 1
     except OSError as exc:
         raise OutputError(chosen or DEFAULT_ROOT, f"cannot make the result folder: {exc.strerror or exc}") from None
+
+
+def autoitt_fault(folder: Path) -> Optional[str]:
+    """The summary's warning for a run whose script stopped on an error of autoitt's own (the launcher wrote
+    ``launch.FAULT_FILE``: a line a process), so that it is never reported as the script's; None: none."""
+    from .launch import FAULT_FILE
+
+    try:
+        lines = (folder / FAULT_FILE).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    if not lines:
+        return None
+    return (f"the run stopped on an error raised by autoitt's instrumentation, not by your script "
+            f"({lines[0].partition(': ')[2]}{f'; {len(lines) - 1} more in {FAULT_FILE}' if len(lines) > 1 else ''}): "
+            "a bug in autoitt (its instrument.diff shows what it inserted); `python SCRIPT` runs your script as written")
+

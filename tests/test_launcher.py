@@ -97,6 +97,37 @@ def test_the_traceback_is_the_one_python_prints_for_the_original(tmp_path):
     assert shown == plain.stderr[:plain.stderr.index("ZeroDivisionError")]
 
 
+AUTOITT_FAULT = "autoitt's instrumentation, not by your script"
+
+
+def test_a_scripts_own_error_is_its_own_and_the_summary_says_it_stopped_before_training(tmp_path):
+    folder = _project(tmp_path, main="raise RuntimeError('no data')\n" + ENTRY)
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "main.py", cwd=folder)
+    assert done.returncode == 1
+    assert "RuntimeError: no data" in done.stderr and AUTOITT_FAULT not in done.stderr
+    (warning,) = [w for w in json.loads(done.stdout)["warnings"] if "marked training regions" in w]
+    assert "ended with exit code 1 before reaching them" in warning and "did not mark" not in warning
+
+
+def test_an_error_raised_by_autoitts_markers_is_said_to_be_autoitts(tmp_path):
+    # as if autoitt's runtime were broken: its ITT call fails inside the training loop
+    broken = "import ittapi.native\nittapi.native.task_begin = None\n" + TRAINER
+    folder = _project(tmp_path, trainer=broken)
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "main.py", cwd=folder)
+    assert done.returncode == 1
+    assert "TypeError" in done.stderr and AUTOITT_FAULT in done.stderr
+    warnings = json.loads(done.stdout)["warnings"]
+    assert any(AUTOITT_FAULT in w and "TypeError" in w for w in warnings)
+    assert not any("marked training regions" in w for w in warnings)
+
+
+def test_a_scripts_own_name_error_is_not_autoitts(tmp_path):
+    folder = _project(tmp_path, trainer=TRAINER.replace('raise ValueError(f"diverged at batch {x}")',
+                                                        "print(undefined_name)"))
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "main.py", cwd=folder)
+    assert done.returncode == 1 and "NameError" in done.stderr and AUTOITT_FAULT not in done.stderr
+
+
 def test_a_chained_exception_hides_the_launcher_in_every_part(tmp_path):
     script = tmp_path / "chain.py"
     script.write_text(textwrap.dedent(

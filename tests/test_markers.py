@@ -72,7 +72,9 @@ def test_the_launcher_preloads_the_window_runtime_the_vocabulary_names():
     import instrumenter.launch
     from instrumenter.launch import __main__ as launcher
 
-    assert launcher.RUNTIME_MODULES == (RUNTIME_MODULE, WINDOW_MODULE)
-    # The launcher cannot import its package: the names of its command line are written twice.
-    assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION) == (
-        instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION)
+    # the closure marker first: the collection uses it
+    assert launcher.RUNTIME_MODULES == ("instrumenter.closures", RUNTIME_MODULE, WINDOW_MODULE)
+    # The launcher cannot import its package: the names of its command line (and its files) are written twice.
+    assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION, launcher.FAULT_FILE) == (
+        instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION,
+        instrumenter.launch.FAULT_FILE)

@@ -22,7 +22,7 @@ from ..backend import Backend, Finished, Job, Say
 from ..console import readable
 from ..options import under_launcher
 from ..instrumentation import Instrumentation
-from ..results import RunRecord
+from ..results import RunRecord, autoitt_fault
 from ..summary import Summary
 
 #: The collector's per-process files, inside the result folder.
@@ -79,8 +79,11 @@ class BuiltinBackend(Backend):
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(skipped)
-        if not any(task.domain in domains for task in summary.tasks):
-            summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary))
+        fault = autoitt_fault(folder)
+        if fault:
+            summary.warnings.append(fault)
+        elif not any(task.domain in domains for task in summary.tasks):
+            summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary, record.exit_code))
         kept, summary.trace_window = timeline(found, labels, domains, steps)
         summary.counters, summary.counter_notes = task_counters(traces, found, domains), counter_notes(traces)
         sampled = summarize_samples(read_sample_dir(trace_dir) if trace_dir.is_dir() else [],
@@ -124,7 +127,8 @@ class BuiltinBackend(Backend):
                verbose=verbose)
 
 
-def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Summary) -> str:
+def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Summary,
+                 exit_code: Optional[int] = None) -> str:
     """The likeliest reason no task of autoitt's markers (or of the script's own) was recorded."""
     if skipped and not traces:
         return "no trace file could be read (see above)"
@@ -132,9 +136,12 @@ def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Sum
     marked = [f"{r['path']}:{r['line']}" for r in instrumentation.regions] if any(
         f.instrumented for f in instrumentation.files) else []
     if marked:
-        return (f"none of the marked training regions ran ({', '.join(marked[:5])}"
-                f"{', ...' if len(marked) > 5 else ''}): the script stopped before training, or trained through "
-                "code autoitt did not mark (`autoitt loops` shows what it found)")
+        where = f"{', '.join(marked[:5])}{', ...' if len(marked) > 5 else ''}"
+        if exit_code:  # the script's own error (autoitt's are said by autoitt_fault)
+            return (f"none of the marked training regions ran ({where}): the script ended with exit code "
+                    f"{exit_code} before reaching them (its error is in its output above)")
+        return (f"none of the marked training regions ran ({where}): the script stopped before training, or "
+                "trained through code autoitt did not mark (`autoitt loops` shows what it found)")
     if entry.outcome == "already instrumented":
         return ("the script's own ITT markers recorded no task: the code that calls them did not run, or "
                 "collection was paused around it")

@@ -2,7 +2,7 @@
 
 The launcher runs inside the user's process, started by its file's path
 (see its docstring for why) and with the standard library alone, so it
-cannot import this package: the two names below are written in both files,
+cannot import this package: the three names below are written in both files,
 and a test holds them equal.
 """
 
@@ -16,10 +16,12 @@ from typing import List, Optional, Sequence
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
 #: The launcher's option naming the run's ``instrumentation.json``.
 INSTRUMENTATION_OPTION = "--instrumentation"
+#: Beside ``instrumentation.json``: the launcher's line per process whose uncaught error was autoitt's own.
+FAULT_FILE = "autoitt-error.txt"
 
 LAUNCHER = Path(__file__).resolve().with_name("__main__.py")
 
-__all__ = ["EXIT_DIR_VARIABLE", "INSTRUMENTATION_OPTION", "LAUNCHER", "command"]
+__all__ = ["EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_OPTION", "LAUNCHER", "command"]
 
 
 def command(copy: Path, script: Path, args: Sequence[str], instrumentation: Optional[Path] = None,

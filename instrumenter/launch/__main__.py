@@ -229,16 +229,46 @@ def _outside_launcher(tb):
     return result
 
 
-def _hide_launcher_frames() -> None:
+#: Written beside instrumentation.json when an uncaught exception was autoitt's (see _autoitt_fault): one line a
+#: process, so that the summary never blames the script for it.
+FAULT_FILE = "autoitt-error.txt"
+
+
+def _autoitt_fault(value) -> "str | None":
+    """How an uncaught exception is autoitt's rather than the script's, or None: raised in autoitt's own code
+    (its runtime, this launcher compiling a copy, ittapi) or a name of the markers that is not defined. Only
+    errors (an ``Exception``): Ctrl-C and ``sys.exit`` land wherever the program happens to be."""
+    if not isinstance(value, Exception):
+        return None
+    name = getattr(value, "name", None) if isinstance(value, NameError) else None
+    if name and (name == "itt" or name.startswith("_autoitt")):
+        return f"{type(value).__name__}: {value}"
+    last, tb = None, value.__traceback__
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return None
+    filename = os.path.abspath(last.tb_frame.f_code.co_filename)
+    ittapi = sys.modules.get("ittapi")
+    ours = [os.path.dirname(_HERE)] + ([os.path.dirname(ittapi.__file__)] if getattr(ittapi, "__file__", None) else [])
+    if any(filename.startswith(folder + os.sep) for folder in ours):
+        return f"{type(value).__name__}: {value} (raised at {filename}:{last.tb_lineno})"
+    return None
+
+
+def _hide_launcher_frames(results: "str | None" = None) -> None:
     """Show every uncaught exception as Python would for the original script: without this launcher's frames.
 
     Done in ``sys.excepthook``, so Python's own handling stays: exit code 1,
     and for Ctrl-C the end by SIGINT after finalization (which writes what the
     collector buffered). A hook the script installs replaces this one.
+    An exception that is autoitt's (:func:`_autoitt_fault`) is said to be so
+    under its traceback, and noted in ``results``/:data:`FAULT_FILE` for the summary.
     """
     original = sys.excepthook
 
     def excepthook(kind, value, tb):
+        fault = _autoitt_fault(value)
         # Python shows an exception's own __traceback__ (and its causes'), not the one passed here.
         seen, pending = set(), [value]
         while pending:
@@ -249,6 +279,15 @@ def _hide_launcher_frames() -> None:
             current.__traceback__ = _outside_launcher(current.__traceback__)
             pending.extend((current.__cause__, current.__context__))
         original(kind, value, value.__traceback__)
+        if fault is not None:
+            sys.stderr.write(f"autoitt: this error was raised by autoitt's instrumentation, not by your script "
+                             f"({fault}); it is a bug in autoitt: python {os.path.basename(sys.argv[0])} runs "
+                             "your script without it\n")
+            try:
+                with open(os.path.join(results, FAULT_FILE), "a") as handle:
+                    handle.write(f"{os.getpid()}: {fault}\n")
+            except (OSError, TypeError):
+                pass  # never turn the script's outcome into another error
 
     sys.excepthook = excepthook
 
@@ -279,7 +318,7 @@ def _exit_status(code) -> int:
 
 def _install(instrumentation: _Instrumentation) -> None:
     """Everything the copies need in this process, before any of the script's code runs."""
-    _hide_launcher_frames()
+    _hide_launcher_frames(os.path.dirname(os.path.abspath(instrumentation.path)))
     if instrumentation.copies():
         sys.meta_path.insert(0, _CopyFinder(instrumentation))
     for module in instrumentation.runtime():

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from ..instrumentation import Instrumentation, digest
-from ..results import RunRecord, save_outputs
+from ..results import RunRecord, autoitt_fault, save_outputs
 from ..summary import Summary
 from .collect import CSV_DIR, AnalysisRun, load, rank_of
 from .commands import REPORTS
@@ -65,6 +65,9 @@ def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -
         if run.status == "ok" and run.script_exit_code is None:
             warnings.append(f"{run.analysis}: the script's exit code was not recorded (killed by a signal, "
                             "os._exit, or a rank on another host)")
+    fault = autoitt_fault(folder)
+    if fault:
+        warnings.append(fault)
     first = next((r for a in analyses for r in a.results if r.elapsed_s is not None), None)
     elapsed = first.elapsed_s if first is not None else (runs[0].elapsed_s if runs else record.elapsed_s)
     collected = elapsed - first.paused_s if first is not None and first.paused_s is not None else 0.0
