@@ -68,6 +68,9 @@ class StepStats:
     #: primitive cache takes about a microsecond; much more per step means misses: shapes changing?)
     steady_creations: int = 0
     steady_creation_s: float = 0.0
+    #: the loop's time per iteration over those steps, as the user lives it: each step and the wait before it
+    #: (the loop's own time since the previous step ended, less evaluations run there): the phases' sum
+    iteration_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,20 @@ def test_a_heavy_optimizer_is_its_loops_largest_operator_phase(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_data_bound_loops_iteration_time_counts_its_wait_for_data_and_comes_first(tmp_path):
+    (tmp_path / "train.py").write_text(DATA_BOUND)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = json.loads(done.stdout)["steps"]
+    waiting = step["phases"]["data"]["seconds_per_step"]
+    assert step["iteration_s"] == pytest.approx(sum(p["seconds_per_step"] for p in step["phases"].values()))
+    assert step["iteration_s"] >= waiting >= 4 * 0.004 * 0.9
+    shown = autoitt("report", "out", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert shown.stdout.index("Iteration time (step, over") < shown.stdout.index("Step time (step,")
+
+
+@pytest.mark.slow
 def test_phase_shares_sum_to_one_and_the_phases_are_named(tmp_path):
     phases = phases_of(tmp_path, DATA_BOUND)
     assert sum(phase["share"] for phase in phases.values()) == pytest.approx(1.0, abs=0.05)

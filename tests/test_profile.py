@@ -105,6 +105,14 @@ def test_report_prints_the_same_summary_again(torch_run):
     assert "Phases of `step`" in human.stdout
 
 
+def test_the_one_screen_shows_each_evaluation_with_its_runs_and_share(torch_run):
+    folder, summary, _ = torch_run
+    (eval_loop,) = [t for t in summary["tasks"] if t["domain"] == "autoitt.torch_train" and t["name"] == "eval_loop"]
+    short = " ".join(autoitt("report", str(folder)).stdout.split())
+    assert f"Evaluation (`eval_loop`, {eval_loop['count']} runs): " in short
+    assert "of the collected time" in short
+
+
 def test_the_summary_fits_one_screen_and_verbose_adds_every_task_table(torch_run):
     folder, _, _ = torch_run
     short = autoitt("report", str(folder)).stdout

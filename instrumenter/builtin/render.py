@@ -69,6 +69,7 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
     for step in summary.steps:
         _render_steps(step, console)
         _render_counters(summary.counters.get(step.label), step.label, console)
+    _render_evaluations(summary, console, instrumentation)
     _render_ranks(summary, console)
     _render_operators(summary, console, summary.operators if verbose else summary.operators[:_TOP_OPERATORS])
     _render_hotspots(summary, console, verbose, instrumentation)
@@ -114,6 +115,13 @@ def _render_steps(step: StepStats, console: Console) -> None:
         settled = f"no warm-up; first step {duration(step.first_s)}"
     if step.first_step > 1:
         settled += f" (counted from step {step.first_step}, the first collected: --skip-steps)"
+    waiting = step.phases.get("data", {}).get("seconds_per_step", 0.0)
+    if step.iteration_s and waiting >= 0.05 * step.iteration_s:
+        # what the user lives: the loop's pace, data wait included, with the step region beside it
+        console.print(
+            f"[bold]Iteration time[/bold] ({step.label}, over {step.phase_steps} steady steps): "
+            f"{duration(step.iteration_s)} each on average: {duration(waiting)} waiting for data "
+            f"({waiting / step.iteration_s:.0%}), {duration(step.iteration_s - waiting)} the rest of the step")
     console.print(
         f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
         f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
@@ -131,6 +139,31 @@ def _render_steps(step: StepStats, console: Console) -> None:
         grid.add_row(name, duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
+
+
+def _render_evaluations(summary: Summary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
+    """One line per evaluation the rewrite marked and the run recorded: how often it ran, its time each run and
+    in all, and its share of the run (an evaluation between epochs is time the steps do not show)."""
+    if instrumentation is None or summary.elapsed_s <= 0:
+        return
+    recorded = {(task.domain, task.name): task for task in summary.tasks}
+    wanted = []
+    for file in instrumentation.files:
+        for region in file.regions:
+            if region.get("role") == "eval" and region.get("label"):
+                # a loop's runs are its `<label>_loop` task (one per run, its iterations inside); a call's, its own
+                wanted.append([(file.domain, f"{region['label']}_loop"), (file.domain, region["label"])])
+    # the evaluations a library runs inside a training call (Lightning's validation, Keras's validation_data)
+    wanted += [[(domain, "eval_loop")] for domain in instrumentation.domains]
+    shown = set()
+    for names in wanted:
+        task = next((recorded[name] for name in names if name in recorded), None)
+        if task is None or (task.domain, task.name) in shown:
+            continue
+        shown.add((task.domain, task.name))
+        of_collected = f", {task.total_s / summary.collected_s:.1%} of the collected time" if summary.collected_s else ""
+        console.print(f"[bold]Evaluation[/bold] (`{task.name}`, {task.count} run{'s' if task.count > 1 else ''}): "
+                      f"{duration(task.mean_s)} each, {duration(task.total_s)} in all{of_collected}")
 
 
 def _render_counters(counted: Optional[dict], label: str, console: Console) -> None:
