@@ -43,6 +43,17 @@ def test_frames_in_every_sample_without_time_of_their_own_are_left_out():
     assert [row.function for row in rows] == ["at::native::conv", "at::native::add", "train_step"]
 
 
+def test_your_lines_are_ranked_by_the_time_they_are_the_innermost_of_yours_not_by_what_encloses_them():
+    main = Frame("<module>", "train.py", 30, own=True)  # main(): on every stack
+    step = Frame("train", "train.py", 20, own=True)      # optimizer.step(closure)
+    forward = Frame("closure", "train.py", 12, own=True)
+    stacks = [(main, step, forward, CONV), (main, step, ADD), (main, CONV)]
+    rows = hotspots.own_lines(stacks, [(0, 5), (1, 3), (2, 2)], period_s=0.001)
+    assert [(row.line, row.self_s, row.total_s) for row in rows] == [(12, 0.005, 0.005), (20, 0.003, 0.008),
+                                                                     (30, 0.002, 0.010)]
+    assert rows[0].share == 0.5
+
+
 def test_folded_stacks_have_one_line_per_stack_with_its_count():
     lines = list(hotspots.folded([(MAIN, CONV), (MAIN, Frame("a;b", library="x.so"))], [(0, 2), (1, 1)], ("[step]",)))
     assert lines == ["[step];main (train.py:10);a:b [x.so] 1", "[step];main (train.py:10);at::native::conv "

@@ -75,11 +75,20 @@ def top(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], 
 
 def own_lines(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
               limit: int = TOP) -> List[Hotspot]:
-    """The lines of the project's own files with the most total time (what the line runs, inside
-    libraries included): where in their own code the time goes, for people who can only change that."""
-    self_count, total_count, samples = tally(stacks, counts)
-    ranked = sorted((f for f in total_count if f.own), key=lambda f: (-total_count[f], f.label()))[:limit]
-    return _rows(ranked, self_count, total_count, samples, period_s)
+    """The lines of the project's own files where the time is: each sample counts for the innermost of them
+    on its stack (what that line runs inside libraries included), so the lines that cost come first, not the
+    calls enclosing everything (``main()``, ``trainer.fit(...)``, at ~100 %: their ``total_s`` still says
+    so). For people who can only change their own code. ``self_s`` and ``share``: that innermost time."""
+    counts = list(counts)
+    _self_count, total_count, samples = tally(stacks, counts)
+    innermost: Counter = Counter()
+    for stack, count in counts:
+        inner = next((frame for frame in reversed(stacks[stack]) if frame.own), None)
+        if inner is not None:
+            innermost[inner] += count
+    ranked = sorted((f for f in total_count if f.own),
+                    key=lambda f: (-innermost[f], -total_count[f], f.label()))[:limit]
+    return _rows(ranked, innermost, total_count, samples, period_s)
 
 
 def _rows(frames, self_count: Counter, total_count: Counter, samples: int, period_s: float) -> List[Hotspot]:

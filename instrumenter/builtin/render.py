@@ -27,6 +27,8 @@ _TOP_OPERATORS = 6
 #: Hotspot rows shown without ``--verbose``: over the run, and per step or outside collection.
 _TOP_HOTSPOTS = 8
 _TOP_IN_TASK = 4
+#: Rows of "Your code" on the one screen: the lines a user can change.
+_TOP_LINES = 6
 #: A function name longer than this is shortened on the terminal.
 _NAME_WIDTH = 60
 #: Width of a phase's bar at a share of 100 %.
@@ -243,7 +245,7 @@ def short_function(name: str, width: int = _NAME_WIDTH) -> str:
 def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict[str, str]) -> Table:
     """The project's lines, each with its code (read from the original file now: ``sources`` maps the
     project's names of its files to their paths)."""
-    grid = table(title, ("line", "code", "function", "total CPU", "% of that CPU time"))
+    grid = table(title, ("line", "code", "function", "CPU", "% of that CPU time", "with your lines it calls"))
     grid.columns[0].no_wrap = True
     grid.columns[0].min_width = max((len(_where(spot)) for spot in lines), default=8)
     grid.columns[1].justify = grid.columns[2].justify = "left"
@@ -251,7 +253,8 @@ def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict
         path = sources.get(spot.file or "")
         code = linecache.getline(path, spot.line).strip() if path and spot.line else ""
         grid.add_row(escape(_where(spot)), escape(code if len(code) <= 40 else code[:39] + "…"),
-                     escape(spot.function), duration(spot.total_s), f"{spot.total_s / scope_s:.1%}" if scope_s else "")
+                     escape(spot.function), duration(spot.self_s), f"{spot.self_s / scope_s:.1%}" if scope_s else "",
+                     duration(spot.total_s))
     return grid
 
 
@@ -284,10 +287,10 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
             f"({sampling['rate_hz']} samples a second of each thread's CPU time)", rows, "it"))
     collected = sampling.get("collected_cpu_s") or 0
-    lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_IN_TASK]
+    lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_LINES]
     if lines:
-        console.print(_lines_table("Your code: its lines by CPU time sampled while they ran (what they call "
-                                   "included)", lines, collected, sources))
+        console.print(_lines_table("Your code: the lines the sampled CPU time was in (the innermost of yours on "
+                                   "the stack; what it runs in libraries included)", lines, collected, sources))
     # a step loop's own list, unless it would repeat the run's (one step loop with nearly all the CPU time)
     steps = {step.label for step in summary.steps}
     by_task = sampling.get("cpu_s_by_task") or {}
