@@ -86,6 +86,9 @@ class Hotspot:
     self_s: float
     total_s: float
     share: float
+    #: a native row stands for every instance of one C++ function template (``function`` names them with
+    #: ``<…>``): their full names, when they are more than the one ``function`` says
+    instances: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,15 @@ def test_your_lines_are_ranked_by_the_time_they_are_the_innermost_of_yours_not_b
     assert rows[0].share == 0.5
 
 
+def test_the_instances_of_one_template_are_one_row_with_their_full_names():
+    first = Frame("void c10::function_ref<void (long)>::callback_fn<at::A>(long)", library="libtorch_cpu.so")
+    second = Frame("void c10::function_ref<void (long)>::callback_fn<at::B>(long)", library="libtorch_cpu.so")
+    rows = hotspots.top([(MAIN, first), (MAIN, second), (MAIN, CONV)], [(0, 2), (1, 3), (2, 4)], period_s=0.001)
+    assert [(row.function, row.self_s) for row in rows[:2]] == [("c10::function_ref<…>::callback_fn<…>", 0.005),
+                                                                ("at::native::conv", 0.004)]
+    assert rows[0].instances == (first.function, second.function) and rows[1].instances == ()
+
+
 def test_folded_stacks_have_one_line_per_stack_with_its_count():
     lines = list(hotspots.folded([(MAIN, CONV), (MAIN, Frame("a;b", library="x.so"))], [(0, 2), (1, 1)], ("[step]",)))
     assert lines == ["[step];main (train.py:10);a:b [x.so] 1", "[step];main (train.py:10);at::native::conv "

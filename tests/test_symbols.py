@@ -52,10 +52,10 @@ def test_the_offset_is_the_address_in_the_librarys_own_numbering():
 def test_code_outside_any_library_file_has_no_name():
     symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, ""), Mapping(0x3000, 0x4000, 0, "[vdso]"),
                           Mapping(0x5000, 0x6000, 0, "/nonexistent/libgone.so")])
-    assert symbols.lookup(0x1010) == (None, "[anon]", 0x10, None)  # JIT code
-    assert symbols.lookup(0x3010) == (None, "[vdso]", 0x10, None)
-    assert symbols.lookup(0x5010) == (None, "libgone.so", 0x10, None)  # a library since removed
-    assert symbols.lookup(0x2010) == (None, None, 0x2010, None)  # in no mapping at all
+    assert symbols.lookup(0x1010) == (None, "[anon]", 0x10, None, False)  # JIT code
+    assert symbols.lookup(0x3010) == (None, "[vdso]", 0x10, None, False)
+    assert symbols.lookup(0x5010) == (None, "libgone.so", 0x10, None, False)  # a library since removed
+    assert symbols.lookup(0x2010) == (None, None, 0x2010, None, False)  # in no mapping at all
     assert symbols.lookup(0x1010).text() == "[anon]+0x10"
 
 
@@ -100,3 +100,70 @@ def test_a_stripped_librarys_function_is_named_once_by_its_start(tmp_path):
     assert first.name is None and first.library == "libstripped.so" and first.start == first.offset
     assert symbols.lookup(table[0] + 4).text() == first.text() == f"libstripped.so+{first.offset:#x}"
     assert second.text() != first.text()
+
+
+#: A library with a function of its own (static: in .symtab only) that its exported one calls.
+HIDDEN = """
+__attribute__((noinline)) static int hidden_work(int x) { int s = 0; for (int i = 0; i < x; i++) s += i * x; return s; }
+int api(int x) { return hidden_work(x) + 1; }
+"""
+
+
+@pytest.fixture
+def stripped_library(tmp_path):
+    """(a stripped library, its separate debug file, the address of its static function hidden_work)."""
+    (tmp_path / "hidden.c").write_text(HIDDEN)
+    library, debug = tmp_path / "libhidden.so", tmp_path / "libhidden.debug"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,--build-id", "-o", str(library), str(tmp_path / "hidden.c")],
+                   check=True)
+    subprocess.run(["objcopy", "--only-keep-debug", str(library), str(debug)], check=True)
+    hidden = ElfSymbols(str(library))
+    start = next(int(v) for v, i in zip(hidden.values, range(len(hidden))) if hidden.lookup(int(v))[0] == "hidden_work")
+    subprocess.run(["strip", "--strip-all", str(library)], check=True)
+    return library, debug, start
+
+
+def test_a_stripped_librarys_static_function_has_no_name_without_its_symbols(stripped_library, monkeypatch, tmp_path):
+    library, _debug, start = stripped_library
+    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
+    assert ElfSymbols(str(library)).lookup(start + 2) is None
+
+
+def test_a_stripped_librarys_static_functions_are_named_from_its_minidebuginfo(stripped_library, monkeypatch, tmp_path):
+    # .gnu_debugdata: the symbol table as an xz-compressed ELF inside the library (Fedora, manylinux: torch's libgomp)
+    import lzma
+
+    library, debug, start = stripped_library
+    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
+    (tmp_path / "mini.xz").write_bytes(lzma.compress(debug.read_bytes(), format=lzma.FORMAT_XZ))
+    subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={tmp_path / 'mini.xz'}", str(library)], check=True)
+    assert ElfSymbols(str(library)).lookup(start + 2) == ("hidden_work", start)
+
+
+def test_a_stripped_librarys_static_functions_are_named_from_its_debug_file_by_build_id(stripped_library,
+                                                                                          monkeypatch, tmp_path):
+    # Debian's -dbgsym packages: /usr/lib/debug/.build-id/ab/cdef....debug
+    library, debug, start = stripped_library
+    notes = subprocess.run(["readelf", "-n", str(library)], capture_output=True, text=True, check=True).stdout
+    build_id = notes.split("Build ID:")[1].split()[0]
+    folder = tmp_path / "debug" / ".build-id" / build_id[:2]
+    folder.mkdir(parents=True)
+    debug.rename(folder / f"{build_id[2:]}.debug")
+    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "debug"))
+    assert ElfSymbols(str(library)).lookup(start + 2) == ("hidden_work", start)
+
+
+def test_an_address_in_a_plt_stub_is_a_stub_whose_time_is_its_callers():
+    from instrumenter.builtin.stacks import _native
+
+    symbols = this_process()
+    library = symbols.mapping(address(ctypes.pythonapi, "PyList_Append")).path
+    elf = elf_symbols(library)
+    if not elf.plt:
+        pytest.skip(f"{library} has no PLT")
+    plt_start = elf.plt[0][0]
+    mapping = next(m for m in symbols.maps if m.path == library and elf.vaddr(m.offset) is not None
+                   and elf.vaddr(m.offset) <= plt_start < elf.vaddr(m.offset) + m.end - m.start)
+    process_address = mapping.start + plt_start - elf.vaddr(mapping.offset) + 4
+    assert symbols.lookup(process_address).plt
+    assert _native(symbols, process_address) is None  # dropped from the stack: its caller holds the sample

@@ -64,13 +64,69 @@ def tally(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]]
 
 def top(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
         limit: int = TOP) -> List[Hotspot]:
-    """The ``limit`` frames with the most self time (then total), as summary rows; shares are of the
-    samples counted. Frames in every sample with no time of their own (``_start``, ``main``, the
+    """The ``limit`` functions with the most self time (then total), as summary rows; shares are of the
+    samples counted. The instances of one C++ template are one row (:func:`family`), their full names in
+    ``instances``. Frames in every sample with no time of their own (``_start``, ``main``, the
     interpreter's entry) say nothing and are left out."""
-    self_count, total_count, samples = tally(stacks, counts)
+    grouped, instances = _families(stacks)
+    self_count, total_count, samples = tally(grouped, counts)
     telling = [f for f in total_count if self_count[f] or total_count[f] < samples]
     ranked = sorted(telling, key=lambda f: (-self_count[f], -total_count[f], f.label()))[:limit]
-    return _rows(ranked, self_count, total_count, samples, period_s)
+    return _rows(ranked, self_count, total_count, samples, period_s, instances)
+
+
+def family(name: str) -> str:
+    """A C++ function's name without its return type, parameters and template arguments (each ``<…>``): what
+    the instances of one template share. Other names are returned as they are."""
+    if "<" not in name and "(" not in name:
+        return name
+    text = name.rstrip()
+    if text.endswith(" const"):
+        text = text[:-len(" const")]
+    if text.endswith(")"):  # the parameters
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i] or text
+                break
+    out, depth, start = [], 0, 0
+    for char in text:
+        if char == "<":
+            depth += 1
+            if depth == 1:
+                out.append("<…")
+        elif char == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(">")
+        elif depth == 0:
+            out.append(char)
+    elided = "".join(out)
+    for i, char in enumerate(elided):  # the return type ends at the last space outside brackets
+        if char == " " and elided[:i].count("(") == elided[:i].count(")"):
+            start = i + 1
+    return elided[start:] or name
+
+
+def _families(stacks: Sequence[Tuple[Frame, ...]]) -> Tuple[List[Tuple[Frame, ...]], dict]:
+    """The stacks with each native frame replaced by its template's family (:func:`family`), and each family
+    frame's full names where it has more than one."""
+    mapped: dict = {}
+    names: dict = {}
+    for frames in stacks:
+        for frame in frames:
+            if frame not in mapped:
+                if frame.library is None or frame.file is not None:
+                    mapped[frame] = frame
+                else:
+                    grouped = Frame(family(frame.function), library=frame.library)
+                    mapped[frame] = grouped
+                    names.setdefault(grouped, set()).add(frame.function)
+    grouped_stacks = [tuple(mapped[frame] for frame in frames) for frames in stacks]
+    instances = {frame: tuple(sorted(full)) for frame, full in names.items()
+                 if len(full) > 1 or next(iter(full)) != frame.function}
+    return grouped_stacks, instances
 
 
 def own_lines(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
@@ -91,10 +147,12 @@ def own_lines(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, i
     return _rows(ranked, innermost, total_count, samples, period_s)
 
 
-def _rows(frames, self_count: Counter, total_count: Counter, samples: int, period_s: float) -> List[Hotspot]:
+def _rows(frames, self_count: Counter, total_count: Counter, samples: int, period_s: float,
+          instances: Optional[dict] = None) -> List[Hotspot]:
     return [Hotspot(function=f.function, file=f.file, line=f.line, library=f.library,
                     self_s=self_count[f] * period_s, total_s=total_count[f] * period_s,
-                    share=self_count[f] / samples if samples else 0.0) for f in frames]
+                    share=self_count[f] / samples if samples else 0.0,
+                    instances=(instances or {}).get(f, ())) for f in frames]
 
 
 def counts_of(stack_ids: np.ndarray, weights: np.ndarray) -> List[Tuple[int, int]]:

@@ -93,8 +93,11 @@ class Resolver:
 ANONYMOUS = Frame(function="[JIT or anonymous code]", library="[anon]")
 
 
-def _native(symbolizer: Symbolizer, address: int) -> Frame:
+def _native(symbolizer: Symbolizer, address: int) -> Optional[Frame]:
+    """The frame of a native address; None for a PLT stub, whose time is its caller's (it only jumps on)."""
     symbol = symbolizer.lookup(address)
+    if symbol.plt:
+        return None
     if symbol.library == "[anon]" and not symbol.name:
         return ANONYMOUS
     return Frame(function=symbol.text(), library=symbol.library or "?")

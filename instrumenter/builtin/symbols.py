@@ -50,6 +50,8 @@ class NativeSymbol(NamedTuple):
     library: Optional[str]
     offset: int
     start: Optional[int] = None
+    #: a PLT stub: the jump from its library to another's function, no function of its own
+    plt: bool = False
 
     def text(self) -> str:
         if self.name:
@@ -94,21 +96,21 @@ class ElfSymbols:
             elif p_type == PT_GNU_EH_FRAME:
                 self.function_starts = _function_starts(data, offset, filesz, vaddr)
         sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)] if shoff else []
-        values, sizes, names, tables, binds = [], [], [], [], []
-        self._strtabs: List[Tuple[int, int]] = []
-        for sh_name, sh_type, _f, _addr, sh_offset, sh_size, sh_link, _info, _align, sh_entsize in sections:
-            if sh_type not in (SHT_SYMTAB, SHT_DYNSYM) or sh_entsize != _SYM.itemsize or sh_link >= len(sections):
-                continue
-            syms = np.frombuffer(data, _SYM, count=sh_size // _SYM.itemsize, offset=sh_offset)
-            kind = syms["info"] & 0xF
-            keep = ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC)) & (syms["shndx"] != 0) & (syms["value"] != 0)
-            syms = syms[keep]
-            strtab = sections[sh_link]
-            self._strtabs.append((strtab[4], strtab[5]))
+        named = _section_names(data, sections, _shstrndx)
+        #: the PLT's stubs (``.plt``, ``.plt.sec``, ``.plt.got``): (start, end) virtual addresses
+        self.plt = [(sh[3], sh[3] + sh[5]) for name, sh in named.items() if name in _PLT_SECTIONS]
+        tables = _function_tables(data, sections)
+        if not any(kind == SHT_SYMTAB for kind, _syms, _strtab in tables):
+            # a stripped library: its static functions from MiniDebugInfo or an installed debug file
+            tables += _separate_symbols(data, named)
+        values, sizes, names, table_ids, binds = [], [], [], [], []
+        self._strtabs: List[Tuple[object, int, int]] = []
+        for _kind, syms, strtab in tables:
+            self._strtabs.append(strtab)
             values.append(syms["value"])
             sizes.append(syms["size"])
             names.append(syms["name"])
-            tables.append(np.full(len(syms), len(self._strtabs) - 1, np.uint8))
+            table_ids.append(np.full(len(syms), len(self._strtabs) - 1, np.uint8))
             binds.append(syms["info"] >> 4)
         if values:
             value = np.concatenate(values)
@@ -120,7 +122,7 @@ class ElfSymbols:
             self.values = value[first]
             self.sizes = np.concatenate(sizes)[pick]
             self._names = np.concatenate(names)[pick]
-            self._tables = np.concatenate(tables)[pick]
+            self._tables = np.concatenate(table_ids)[pick]
         else:
             self.values = self.sizes = np.zeros(0, np.uint64)
             self._names = np.zeros(0, np.uint32)
@@ -145,13 +147,19 @@ class ElfSymbols:
         start, size = int(self.values[i]), int(self.sizes[i])
         if size and vaddr >= start + size:
             return None
+        if not size and (self.function_start(vaddr) or 0) > start:
+            return None  # a marker with no size (_init, _fini): the unwind table says another function begins
         name = self._name_cache.get(i)
         if name is None:
-            table_offset, table_size = self._strtabs[int(self._tables[i])]
+            buffer, table_offset, table_size = self._strtabs[int(self._tables[i])]
             begin = table_offset + int(self._names[i])
-            end = self._map.find(b"\0", begin, table_offset + table_size)
-            name = self._name_cache[i] = bytes(self._map[begin:end if end >= 0 else begin]).decode("utf-8", "replace")
+            end = buffer.find(b"\0", begin, table_offset + table_size)
+            name = self._name_cache[i] = bytes(buffer[begin:end if end >= 0 else begin]).decode("utf-8", "replace")
         return name, start
+
+    def in_plt(self, vaddr: int) -> bool:
+        """Whether ``vaddr`` is in a PLT stub (the jump to another library's function)."""
+        return any(start <= vaddr < end for start, end in self.plt)
 
 
     def function_start(self, vaddr: int) -> Optional[int]:
@@ -159,6 +167,80 @@ class ElfSymbols:
         it), or None."""
         i = int(np.searchsorted(self.function_starts, np.uint64(vaddr), side="right")) - 1
         return int(self.function_starts[i]) if i >= 0 else None
+
+
+_PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got")
+#: Where distributions install separate debug files, by the library's build ID (``.note.gnu.build-id``).
+DEBUG_DIRECTORY = "/usr/lib/debug"
+NT_GNU_BUILD_ID = 3
+
+
+def _section_names(data, sections, shstrndx: int) -> Dict[str, tuple]:
+    """Section header by name (the first of a name)."""
+    if not sections or shstrndx >= len(sections):
+        return {}
+    table_offset, table_size = sections[shstrndx][4], sections[shstrndx][5]
+    named = {}
+    for sh in sections:
+        end = data.find(b"\0", table_offset + sh[0], table_offset + table_size)
+        name = bytes(data[table_offset + sh[0]:end if end >= 0 else table_offset + sh[0]]).decode("latin-1")
+        named.setdefault(name, sh)
+    return named
+
+
+def _function_tables(data, sections) -> List[Tuple[int, np.ndarray, Tuple[object, int, int]]]:
+    """Each symbol table of an ELF image (``.symtab``, ``.dynsym``): its kind, its function symbols, and where
+    its names are (buffer, offset, size)."""
+    tables = []
+    for _name, sh_type, _f, _addr, sh_offset, sh_size, sh_link, _info, _align, sh_entsize in sections:
+        if sh_type not in (SHT_SYMTAB, SHT_DYNSYM) or sh_entsize != _SYM.itemsize or sh_link >= len(sections):
+            continue
+        syms = np.frombuffer(data, _SYM, count=sh_size // _SYM.itemsize, offset=sh_offset)
+        kind = syms["info"] & 0xF
+        keep = ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC)) & (syms["shndx"] != 0) & (syms["value"] != 0)
+        strtab = sections[sh_link]
+        tables.append((sh_type, syms[keep], (data, strtab[4], strtab[5])))
+    return tables
+
+
+def _separate_symbols(data, named: Dict[str, tuple]) -> List[Tuple[int, np.ndarray, Tuple[object, int, int]]]:
+    """The ``.symtab`` a stripped library keeps elsewhere: in its ``.gnu_debugdata`` section (MiniDebugInfo: an
+    xz-compressed ELF holding it, as Fedora, RHEL and manylinux builds ship, PyTorch's libgomp among them), or
+    in a debug file installed under :data:`DEBUG_DIRECTORY` by its build ID (Debian's ``-dbgsym`` packages).
+    Their addresses are the library's own."""
+    compressed = named.get(".gnu_debugdata")
+    if compressed is not None:
+        import lzma
+
+        try:
+            image = lzma.decompress(bytes(data[compressed[4]:compressed[4] + compressed[5]]))
+            return [table for table in _image_tables(image) if table[0] == SHT_SYMTAB]
+        except (lzma.LZMAError, ValueError, struct.error):
+            pass
+    note = named.get(".note.gnu.build-id")
+    if note is not None:
+        namesz, descsz, kind = struct.unpack_from("<III", data, note[4])
+        if kind == NT_GNU_BUILD_ID and 0 < descsz <= 64:
+            start = note[4] + 12 + (namesz + 3) // 4 * 4
+            build_id = bytes(data[start:start + descsz]).hex()
+            path = os.path.join(DEBUG_DIRECTORY, ".build-id", build_id[:2], build_id[2:] + ".debug")
+            try:
+                with open(path, "rb") as f:
+                    image = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                return [table for table in _image_tables(image) if table[0] == SHT_SYMTAB]
+            except (OSError, ValueError, struct.error):
+                pass
+    return []
+
+
+def _image_tables(image) -> List[Tuple[int, np.ndarray, Tuple[object, int, int]]]:
+    """The symbol tables of another ELF image (a debug file, MiniDebugInfo's)."""
+    ident, *_rest = _EHDR.unpack_from(image, 0)
+    if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF image")
+    fields = _EHDR.unpack_from(image, 0)
+    shoff, shentsize, shnum = fields[6], fields[11], fields[12]
+    return _function_tables(image, [_SHDR.unpack_from(image, shoff + i * shentsize) for i in range(shnum)])
 
 
 def _function_starts(data, offset: int, size: int, vaddr: int) -> np.ndarray:
@@ -282,6 +364,8 @@ class Symbolizer:
         vaddr = elf.vaddr(file_offset) if elf is not None else None
         if vaddr is None:
             return NativeSymbol(None, library, file_offset)
+        if elf.in_plt(vaddr):
+            return NativeSymbol(None, library, vaddr, plt=True)
         hit = elf.lookup(vaddr)
         if hit:
             return NativeSymbol(demangle(hit[0]), library, vaddr)
