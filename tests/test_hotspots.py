@@ -136,6 +136,34 @@ def test_autoitts_own_frames_are_hidden(tmp_path):
     assert resolver.file_name("<frozen runpy>") is None
 
 
+def test_profilings_own_code_is_one_frame_that_takes_what_it_calls_and_its_cost_is_counted(tmp_path):
+    import instrumenter.collection
+    from instrumenter.builtin.stacks import AUTOITT
+
+    rows = [([(1, 3), (2, 16)], 0, 201, 201)] * 6 + [([(1, 3), (2, 18), (4, 45), (5, 40)], 0, 201, 201)] * 2
+    samples = _samples(tmp_path, rows)
+    # the copy's marker on line 18 calls autoitt's runtime (collection.task_begin, which calls ittapi)
+    samples.codes[4] = Code(instrumenter.collection.__file__, "Collection.task_begin", 70, b"")
+    samples.codes[5] = Code(instrumenter.collection.__file__, "task_begin", 35, b"")
+    stacks = Resolver(_instrumentation(tmp_path)).stacks(samples)
+    assert sorted(stack[-1].function for stack in stacks) == [AUTOITT.function, "train_step"]
+    found = summarize_samples([samples], NAMES, _instrumentation(tmp_path), ["autoitt.train"])
+    assert found.info["profiling_cpu_s"] == 0.002
+    assert {row.function: row.self_s for row in found.hotspots}[AUTOITT.function] == 0.002
+
+
+def test_native_profiling_code_is_autoitts_collector_ittapi_and_pytorchs_itt_path():
+    from instrumenter.builtin.samplefile import Mapping
+    from instrumenter.builtin.stacks import AUTOITT, _native
+    from instrumenter.builtin.symbols import Symbolizer
+
+    symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, "/venv/instrumenter/_collector.cpython-311-x86_64-linux-gnu.so"),
+                          Mapping(0x3000, 0x4000, 0, "/venv/site-packages/ittapi/native.cpython-311-x86_64-linux-gnu.so"),
+                          Mapping(0x5000, 0x6000, 0, "/venv/site-packages/torch/lib/libtorch_cpu.so")])
+    assert _native(symbols, 0x1010) is AUTOITT and _native(symbols, 0x3010) is AUTOITT
+    assert _native(symbols, 0x5010) is not AUTOITT  # libtorch's own code (no symbol of the ITT path here)
+
+
 def test_no_samples_file_gives_no_sampling_summary():
     assert summarize_samples([], {}, None, []) is None
 

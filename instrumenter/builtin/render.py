@@ -287,6 +287,10 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
             f"({sampling['rate_hz']} samples a second of each thread's CPU time)", rows, "it"))
     collected = sampling.get("collected_cpu_s") or 0
+    cost = sampling.get("profiling_cpu_s") or 0
+    if collected and cost >= 0.005 * collected:
+        console.print(f"  profiling's own cost: {duration(cost)} of that CPU time ({cost / collected:.1%}): autoitt's "
+                      "markers and collector, and PyTorch's ITT ranges (emit_itt; --no-torch-ops leaves them out)")
     lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_LINES]
     if lines:
         console.print(_lines_table("Your code: the lines the sampled CPU time was in (the innermost of yours on "

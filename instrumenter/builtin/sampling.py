@@ -26,7 +26,7 @@ from ..instrumentation import Instrumentation
 from ..summary import Hotspot
 from . import hotspots
 from .samplefile import SampleFile
-from .stacks import Resolver
+from .stacks import AUTOITT, Resolver
 
 #: Tasks other than the own regions given their own hotspot list: the most sampled ones.
 TASKS = 10
@@ -88,6 +88,8 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         return hotspots.counts_of(stack[chosen], weight[chosen])
 
     collected = counts(inside)
+    # what profiling itself cost the run (stacks.AUTOITT: folded where a stack enters it)
+    info["profiling_cpu_s"] = sum(n for i, n in collected if stacks[i][-1:] == (AUTOITT,)) * period_s
     result.hotspots = hotspots.top(stacks, collected, period_s)
     result.lines = hotspots.own_lines(stacks, collected, period_s)
     uncollected = counts(paused)

@@ -3,8 +3,11 @@
 Python frames already name the original script's file and lines: the
 launcher compiles each copy under its original's name with the original's
 line numbers, so the markers' code shows as the line it was inserted at and
-never as a line of its own. Here, frames of autoitt's own Python (the
-launcher, the copies' runtime) and of ``runpy`` are dropped; a file of the
+never as a line of its own. Here, frames of the launcher and of ``runpy``
+are dropped; what profiling itself costs (the copies' runtime, ittapi,
+autoitt's collector, and PyTorch's ITT ranges and RecordFunction callbacks
+under ``emit_itt``) is one frame, :data:`AUTOITT`, in place of that frame and
+every frame it calls, so that autoitt's cost is a line of its own; a file of the
 profiled project is named as the project names it (``train.py``,
 ``models/net.py``), a library's from its package (``torch/nn/modules/
 module.py``); native frames are named by :mod:`.symbols`.
@@ -23,6 +26,14 @@ from .symbols import Symbolizer
 
 #: autoitt's own Python: the launcher and the copies' runtime.
 _OWN = str(Path(__file__).resolve().parent.parent) + os.sep
+_LAUNCHER = _OWN + "launch" + os.sep
+#: What profiling costs, as one frame: where a stack enters it, the frames it calls are folded into it.
+AUTOITT = Frame(function="[profiling: markers, ITT, collector]", library="autoitt")
+#: Native code that is profiling's own: autoitt's collector, ittapi's, and PyTorch's ITT path (emit_itt's
+#: callbacks run inside RecordFunction, from the dispatcher). Not _around: it calls the user's closure.
+_PROFILING_LIBRARIES = ("_collector.",)
+_PROFILING_FUNCTIONS = ("at::RecordFunction", "c10::Dispatcher::runRecordFunction", "torch::profiler::",
+                        "at::(anonymous namespace)::LocalCallbackManager")
 _HIDDEN = ("<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 _PACKAGES = ("site-packages", "dist-packages")
 
@@ -75,6 +86,8 @@ class Resolver:
                         found = native[frame[1]] = _native(symbolizer, frame[1])
                 if found is not None:
                     frames.append(found)
+                if found is AUTOITT:
+                    break  # what it called is its cost too
             resolved.append(tuple(frames))
         return resolved
 
@@ -84,7 +97,8 @@ class Resolver:
             return Frame(function=f"<code {code_id}>", file="?", line=line)
         name = self.file_name(code.filename)
         if name is None:
-            return None
+            real = os.path.realpath(code.filename) if code.filename.startswith("/") else code.filename
+            return AUTOITT if real.startswith(_OWN) and not real.startswith(_LAUNCHER) else None
         return Frame(function=code.qualname, file=name, line=line, own=name in self.own_names)
 
 
@@ -98,6 +112,10 @@ def _native(symbolizer: Symbolizer, address: int) -> Optional[Frame]:
     symbol = symbolizer.lookup(address)
     if symbol.plt:
         return None
+    mapping = symbolizer.mapping(address)
+    if (symbol.library or "").startswith(_PROFILING_LIBRARIES) or (symbol.name or "").startswith(_PROFILING_FUNCTIONS) \
+            or (mapping is not None and f"{os.sep}ittapi{os.sep}" in mapping.path):
+        return AUTOITT
     if symbol.library == "[anon]" and not symbol.name:
         return ANONYMOUS
     return Frame(function=symbol.text(), library=symbol.library or "?")
