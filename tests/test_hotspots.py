@@ -152,16 +152,27 @@ def test_profilings_own_code_is_one_frame_that_takes_what_it_calls_and_its_cost_
     assert {row.function: row.self_s for row in found.hotspots}[AUTOITT.function] == 0.002
 
 
+def test_a_profiling_frame_that_calls_the_programs_python_is_a_way_through_not_a_cost():
+    from instrumenter.builtin.stacks import AUTOITT, _fold
+
+    wrapper = (None, True, False)  # the runtime's Python around a Keras fit
+    user = (Frame("fit", "keras/trainer.py", 300), False, True)
+    kernel = (Frame("ynn::dot", library="libtensorflow_cc.so.2"), False, False)
+    marker = (Frame("__itt_task_begin", library="_collector.so"), True, False)
+    assert _fold([(MAIN, False, True), wrapper, user, kernel]) == (MAIN, user[0], kernel[0])
+    assert _fold([(MAIN, False, True), wrapper, user, marker, kernel]) == (MAIN, user[0], AUTOITT)
+
+
 def test_native_profiling_code_is_autoitts_collector_ittapi_and_pytorchs_itt_path():
     from instrumenter.builtin.samplefile import Mapping
-    from instrumenter.builtin.stacks import AUTOITT, _native
+    from instrumenter.builtin.stacks import _native
     from instrumenter.builtin.symbols import Symbolizer
 
     symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, "/venv/instrumenter/_collector.cpython-311-x86_64-linux-gnu.so"),
                           Mapping(0x3000, 0x4000, 0, "/venv/site-packages/ittapi/native.cpython-311-x86_64-linux-gnu.so"),
                           Mapping(0x5000, 0x6000, 0, "/venv/site-packages/torch/lib/libtorch_cpu.so")])
-    assert _native(symbols, 0x1010) is AUTOITT and _native(symbols, 0x3010) is AUTOITT
-    assert _native(symbols, 0x5010) is not AUTOITT  # libtorch's own code (no symbol of the ITT path here)
+    assert _native(symbols, 0x1010)[1] and _native(symbols, 0x3010)[1]
+    assert not _native(symbols, 0x5010)[1]  # libtorch's own code (no symbol of the ITT path here)
 
 
 def test_no_samples_file_gives_no_sampling_summary():

@@ -29,8 +29,9 @@ _OWN = str(Path(__file__).resolve().parent.parent) + os.sep
 _LAUNCHER = _OWN + "launch" + os.sep
 #: What profiling costs, as one frame: where a stack enters it, the frames it calls are folded into it.
 AUTOITT = Frame(function="[profiling: markers, ITT, collector]", library="autoitt")
-#: Native code that is profiling's own: autoitt's collector, ittapi's, and PyTorch's ITT path (emit_itt's
-#: callbacks run inside RecordFunction, from the dispatcher). Not _around: it calls the user's closure.
+#: Native code that is profiling's own: autoitt's collector (not its hooks, ``h_*``: they run the program's
+#: threads and calls), ittapi's, and PyTorch's ITT path (emit_itt's callbacks run inside RecordFunction, from
+#: the dispatcher). Not _around: it calls the user's closure.
 _PROFILING_LIBRARIES = ("_collector.",)
 _PROFILING_FUNCTIONS = ("at::RecordFunction", "c10::Dispatcher::runRecordFunction", "torch::profiler::",
                         "at::(anonymous namespace)::LocalCallbackManager")
@@ -67,39 +68,54 @@ class Resolver:
         return found
 
     def stacks(self, samples: SampleFile) -> List[Tuple[Frame, ...]]:
-        """Each of the file's distinct stacks as frames, outermost first."""
+        """Each of the file's distinct stacks as frames, outermost first; profiling's own frames folded into
+        :data:`AUTOITT` (see :func:`_fold`)."""
         symbolizer = Symbolizer.for_file(samples)
-        native: Dict[int, Frame] = {}
-        python: Dict[Tuple[int, Optional[int]], Optional[Frame]] = {}
+        native: Dict[int, Tuple[Optional[Frame], bool]] = {}
+        python: Dict[Tuple[int, Optional[int]], Tuple[Optional[Frame], bool]] = {}
         resolved = []
         for stack in samples.stacks:
-            frames = []
+            entries = []
             for frame in stack:
                 if frame[0] == "py":
                     key = (frame[1], frame[2])
                     if key not in python:
                         python[key] = self._python(samples, frame[1], frame[2])
-                    found = python[key]
+                    shown, profiling = python[key]
+                    entries.append((shown, profiling, shown is not None))
                 else:
-                    found = native.get(frame[1])
-                    if found is None:
-                        found = native[frame[1]] = _native(symbolizer, frame[1])
-                if found is not None:
-                    frames.append(found)
-                if found is AUTOITT:
-                    break  # what it called is its cost too
-            resolved.append(tuple(frames))
+                    if frame[1] not in native:
+                        native[frame[1]] = _native(symbolizer, frame[1])
+                    shown, profiling = native[frame[1]]
+                    entries.append((shown, profiling, False))
+            resolved.append(_fold(entries))
         return resolved
 
-    def _python(self, samples: SampleFile, code_id: int, line: Optional[int]) -> Optional[Frame]:
+    def _python(self, samples: SampleFile, code_id: int, line: Optional[int]) -> Tuple[Optional[Frame], bool]:
+        """(the frame shown, None: hidden; whether it is profiling's own: the copies' runtime)."""
         code = samples.codes.get(code_id)
         if code is None:
-            return Frame(function=f"<code {code_id}>", file="?", line=line)
+            return Frame(function=f"<code {code_id}>", file="?", line=line), False
         name = self.file_name(code.filename)
         if name is None:
             real = os.path.realpath(code.filename) if code.filename.startswith("/") else code.filename
-            return AUTOITT if real.startswith(_OWN) and not real.startswith(_LAUNCHER) else None
-        return Frame(function=code.qualname, file=name, line=line, own=name in self.own_names)
+            return None, real.startswith(_OWN) and not real.startswith(_LAUNCHER)
+        return Frame(function=code.qualname, file=name, line=line, own=name in self.own_names), False
+
+
+def _fold(entries: List[Tuple[Optional[Frame], bool, bool]]) -> Tuple[Frame, ...]:
+    """One stack from its entries (frame shown or None, profiling's own, a Python frame of the program's),
+    outermost first: from the outermost profiling frame that calls no Python of the program's, the frames are
+    one :data:`AUTOITT`. A profiling frame that does call the program's Python (a library call's wrapper, the
+    runtime running a Keras fit) is a way through, not a cost: hidden, and the frames it calls stay."""
+    cut, calls_program = len(entries), False
+    for i in range(len(entries) - 1, -1, -1):
+        _shown, profiling, program = entries[i]
+        if profiling and not calls_program:
+            cut = i
+        calls_program = calls_program or program
+    frames = [shown for shown, profiling, _ in entries[:cut] if shown is not None and not profiling]
+    return tuple(frames + [AUTOITT]) if cut < len(entries) else tuple(frames)
 
 
 #: Code in no file (JIT-compiled kernels: oneDNN's, XLA's): one frame for all of it, as its addresses mean
@@ -107,18 +123,19 @@ class Resolver:
 ANONYMOUS = Frame(function="[JIT or anonymous code]", library="[anon]")
 
 
-def _native(symbolizer: Symbolizer, address: int) -> Optional[Frame]:
-    """The frame of a native address; None for a PLT stub, whose time is its caller's (it only jumps on)."""
+def _native(symbolizer: Symbolizer, address: int) -> Tuple[Optional[Frame], bool]:
+    """(the frame of a native address, None for a PLT stub, whose time is its caller's: it only jumps on;
+    whether it is profiling's own: autoitt's collector but its hooks, ittapi, PyTorch's ITT path)."""
     symbol = symbolizer.lookup(address)
     if symbol.plt:
-        return None
+        return None, False
     mapping = symbolizer.mapping(address)
-    if (symbol.library or "").startswith(_PROFILING_LIBRARIES) or (symbol.name or "").startswith(_PROFILING_FUNCTIONS) \
-            or (mapping is not None and f"{os.sep}ittapi{os.sep}" in mapping.path):
-        return AUTOITT
+    profiling = ((symbol.library or "").startswith(_PROFILING_LIBRARIES) and not (symbol.name or "").startswith("h_")
+                 or (symbol.name or "").startswith(_PROFILING_FUNCTIONS)
+                 or (mapping is not None and f"{os.sep}ittapi{os.sep}" in mapping.path))
     if symbol.library == "[anon]" and not symbol.name:
-        return ANONYMOUS
-    return Frame(function=symbol.text(), library=symbol.library or "?")
+        return ANONYMOUS, False
+    return Frame(function=symbol.text(), library=symbol.library or "?"), profiling
 
 
 def _short(filename: str) -> str:
