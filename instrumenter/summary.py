@@ -71,6 +71,9 @@ class StepStats:
     #: the loop's time per iteration over those steps, as the user lives it: each step and the wait before it
     #: (the loop's own time since the previous step ended, less evaluations run there): the phases' sum
     iteration_s: float = 0.0
+    #: the steps the phases are over, per (pid, tid): (starts, ends) in CLOCK_MONOTONIC ns, for the samples'
+    #: share of them; never saved (the reading that made the phases hands them on)
+    measured_spans: Dict = field(repr=False, compare=False, default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,12 +167,12 @@ class Summary:
     def to_json(self) -> dict:
         """Statistics only, so it stays small however long the run (step durations are left out)."""
         def bare(steps: List[StepStats]) -> List[StepStats]:
-            return [replace(step, durations_s=()) for step in steps]
+            return [replace(step, durations_s=(), measured_spans={}) for step in steps]
 
         data = asdict(replace(self, steps=bare(self.steps),
                               ranks=[replace(rank, steps=bare(rank.steps)) for rank in self.ranks]))
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
-            del step["durations_s"]
+            del step["durations_s"], step["measured_spans"]
         return data
 
     @classmethod

@@ -175,6 +175,27 @@ def test_native_profiling_code_is_autoitts_collector_ittapi_and_pytorchs_itt_pat
     assert not _native(symbols, 0x5010)[1]  # libtorch's own code (no symbol of the ITT path here)
 
 
+def test_the_steps_python_time_is_their_threads_samples_in_python_during_them(tmp_path):
+    # code 1/2: the script (Python); code 3: a library's Python (still Python); spans: the steps measured
+    rows = [([(1, 3), (2, 16)], 0, 201, 201)] * 4 + [([(1, 3), (3, 120)], 0, 201, 201)] * 2
+    samples = _samples(tmp_path, rows)
+    spans = {"step": {(7, 7): (np.array([0, 3], np.int64), np.array([1, 4], np.int64))}}  # samples at ns 0-1, 3-4
+    found = summarize_samples([samples], NAMES, _instrumentation(tmp_path), ["autoitt.train"], spans)
+    assert found.info["python_cpu_s_in_steps"] == {"step": 0.004}
+
+
+def test_a_sample_in_a_frameworks_native_code_or_jit_kernels_is_not_python():
+    from instrumenter.builtin.sampling import _in_python
+    from instrumenter.builtin.stacks import ANONYMOUS, AUTOITT
+
+    python_line = Frame("train", "train.py", 3, own=True)
+    memcpy = Frame("__memcpy_avx_unaligned_erms", library="libc.so.6")
+    interpreter = Frame("_PyEval_EvalFrameDefault", library="libpython3.11.so.1.0")
+    assert _in_python((python_line,)) and _in_python((python_line, interpreter, memcpy))
+    assert _in_python((python_line, AUTOITT))  # the loop's own markers
+    assert not _in_python((python_line, ANONYMOUS)) and not _in_python((python_line, CONV, memcpy))
+
+
 def test_no_samples_file_gives_no_sampling_summary():
     assert summarize_samples([], {}, None, []) is None
 

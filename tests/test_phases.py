@@ -238,3 +238,27 @@ def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(
     assert {"gloo:all_reduce", "c10d::allreduce_"} <= {op["name"] for op in summary["operators"]}
     env = dict(os.environ, TORCH_REFERENCE=str(REFERENCE.parent))
     assert_within_ten_points(phases, reference_split(tmp_path, DDP, env))
+
+
+KERAS_XLA = """
+import numpy as np
+import tensorflow as tf
+
+x = np.random.default_rng(0).standard_normal((40 * 256, 256)).astype(np.float32)
+y = x[:, :10].argmax(axis=1)
+model = tf.keras.Sequential([tf.keras.Input(shape=(256,)), tf.keras.layers.Dense(512, activation="relu"),
+                             tf.keras.layers.Dense(512, activation="relu"), tf.keras.layers.Dense(10)])
+model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+model.fit(x, y, epochs=1, batch_size=256, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_tensorflow_running_xla_code_is_compute_not_python_and_the_note_says_xla(tmp_path):
+    pytest.importorskip("tensorflow")
+    phases = phases_of(tmp_path, KERAS_XLA)
+    # XLA's kernels record no task: the samples tell the framework's time from the step's Python
+    assert phases["compute"]["seconds_per_step"] > 2 * phases["python"]["seconds_per_step"], phases
+    shown = autoitt("report", "out", cwd=tmp_path)
+    assert "TensorFlow ran XLA-compiled code" in " ".join(shown.stdout.split())
+    assert "oneDNN optimizations are off" not in shown.stdout

@@ -168,3 +168,25 @@ def test_measuring_only_the_instances_near_the_chosen_steps_changes_nothing():
     assert len(near) < len(everything) / 5
     whole = phases.measure(everything, chosen, loop, CATEGORY, CREATION)
     assert phases.measure(near, near_chosen, near_loop, CATEGORY, CREATION) == whole
+
+
+def test_without_operator_tasks_the_samples_tell_the_steps_python_from_the_frameworks_compute():
+    # TensorFlow with XLA: no task in the step; its thread ran Python for 2 of the 10 ms outside tasks
+    found = {"data": {"seconds_per_step": 0.005, "share": 0.25}, "compute": {"seconds_per_step": 0.005, "share": 0.25},
+             "python": {"seconds_per_step": 0.010, "share": 0.5}}
+    refined = phases.with_samples(found, 0.002)
+    assert {name: round(p["seconds_per_step"], 6) for name, p in refined.items()} == {
+        "data": 0.005, "compute": 0.013, "python": 0.002}
+    assert sum(p["share"] for p in refined.values()) == pytest.approx(1.0)
+    assert phases.with_samples(found, 0.5)["python"]["seconds_per_step"] == 0.010  # never more than it was
+
+
+def test_phases_with_operator_tasks_are_left_as_the_tasks_measured_them():
+    found = {"forward": {"seconds_per_step": 0.004, "share": 0.4}, "python": {"seconds_per_step": 0.006, "share": 0.6}}
+    assert phases.with_samples(found, 0.001) == found
+
+
+def test_the_steps_measured_are_handed_on_per_thread():
+    found = measure(tasks((LOOP, 0, 300), (STEP, 0, 100), (STEP, 110, 200), (STEP, 210, 290, 11)), warm=0)
+    assert {key: (list(s), list(e)) for key, (s, e) in found.spans.items()} == {
+        (1, 10): ([0, 110], [100, 200]), (1, 11): ([210], [290])}

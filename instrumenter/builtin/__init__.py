@@ -67,6 +67,8 @@ class BuiltinBackend(Backend):
         from .sampling import summarize_samples
         from .scan import scan_trace_dir
         from .timeline import StepWindow, keep_policy, timeline
+        from .phases import with_samples
+        from dataclasses import replace
 
         trace_dir = folder / TRACE_SUBDIR
         scans, skipped = scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
@@ -88,9 +90,14 @@ class BuiltinBackend(Backend):
         summary.counters, summary.counter_notes = task_counters(traces, found, domains), counter_notes(traces)
         sampled = summarize_samples(read_sample_dir(trace_dir) if trace_dir.is_dir() else [],
                                     {trace.pid: (trace.domains, trace.strings) for trace in traces},
-                                    instrumentation, domains)
+                                    instrumentation, domains,
+                                    {step.label: step.measured_spans for step in summary.steps if step.measured_spans})
         outputs = {}
         if sampled is not None:
+            # without operator tasks, the samples tell the step's Python from the framework's time (compute)
+            python = sampled.info.get("python_cpu_s_in_steps", {})
+            summary.steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
+                             if step.label in python and step.phase_steps else step for step in summary.steps]
             summary.sampling, summary.hotspots, summary.hotspot_lines = sampled.info, sampled.hotspots, sampled.lines
             summary.hotspots_by_task, summary.hotspots_outside = sampled.by_task, sampled.outside
             summary.hotspot_lines_outside = sampled.outside_lines

@@ -54,7 +54,11 @@ def notes(summary: Summary, instrumentation: Optional[Instrumentation]) -> List[
                 found.append(f"the evaluation at {file.relative}:{region['line']} was not collected: it ran "
                              "after the last pause (or not at all)")
     uses_tensorflow = any("tensorflow" in file.frameworks for file in instrumentation.files)
-    if uses_tensorflow and not any(task.domain.startswith("dnnl::") for task in summary.tasks):
+    if uses_tensorflow and (summary.sampling or {}).get("xla"):
+        found.append("TensorFlow ran XLA-compiled code (jit_compile): XLA's kernels record no ITT tasks, so there "
+                     "are no operator rows; the step's time in the framework is its compute phase (told from its "
+                     "Python by the samples), and the compiled kernels are `[JIT or anonymous code]` in the hotspots")
+    elif uses_tensorflow and not any(task.domain.startswith("dnnl::") for task in summary.tasks):
         found.append("TensorFlow recorded no oneDNN tasks, so its operators and their phases are not shown: "
                      "its oneDNN optimizations are off on this CPU or by setting; `TF_ENABLE_ONEDNN_OPTS=1 "
                      "autoitt profile ...` turns them on")

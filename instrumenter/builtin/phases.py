@@ -49,7 +49,7 @@ step spent while a framework task ran on another thread of its process
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -109,6 +109,9 @@ class Measured:
     #: a creation that hits oneDNN's primitive cache takes about a microsecond, a miss far longer
     creations: int = 0
     creation_ns: int = 0
+    #: the steps measured, per (pid, tid): (starts, ends) in the tasks' clock (CLOCK_MONOTONIC ns), for what the
+    #: samples say of them (:func:`with_samples`)
+    spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
 
 
 def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of: np.ndarray,
@@ -192,8 +195,28 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
         python -= elsewhere
     nanoseconds["python"] = max(python, 0.0)
     created = _inside_steps(tasks, spans, creation[tasks.group])
+    threads_of = {}
+    for pid, tid in set(zip(tasks.pid[chosen].tolist(), tasks.tid[chosen].tolist())):
+        mine = chosen[(tasks.pid[chosen] == pid) & (tasks.tid[chosen] == tid)]
+        threads_of[(pid, tid)] = (tasks.start[mine].astype(np.int64), tasks.end[mine].astype(np.int64))
     return Measured(len(chosen), {name: int(round(ns)) for name, ns in nanoseconds.items()},
-                    int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()))
+                    int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()), threads_of)
+
+
+def with_samples(found: Dict[str, Dict[str, float]], python_s: float) -> Dict[str, Dict[str, float]]:
+    """Phases without operator tasks (``compute``), refined by the samples: ``python_s``, the steps' threads'
+    CPU time per step in Python (the interpreter and what it runs, not the framework's native code), is the
+    ``python`` phase, and the rest of the step's time in no task is the framework's: ``compute`` (TensorFlow's
+    executor, XLA's compiled code, the wait for its threads). Phases with operators are returned as they are."""
+    if "compute" not in found or "python" not in found:
+        return found
+    seconds = {name: phase["seconds_per_step"] for name, phase in found.items()}
+    moved = max(seconds["python"] - python_s, 0.0)
+    seconds["python"] -= moved
+    seconds["compute"] += moved
+    total = sum(seconds.values())
+    return {name: {"seconds_per_step": value, "share": value / total if total else 0.0}
+            for name, value in seconds.items()}
 
 
 def _counted(begin, finish, depth, inside, child, categories) -> Tuple[np.ndarray, List[Tuple[int, int]]]:

@@ -48,8 +48,12 @@ class Sampled:
 
 
 def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[int, str], Dict[int, str]]],
-                      instrumentation: Optional[Instrumentation], own_domains: Iterable[str]) -> Optional[Sampled]:
-    """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples."""
+                      instrumentation: Optional[Instrumentation], own_domains: Iterable[str],
+                      step_spans: Optional[Dict[str, Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]]] = None
+                      ) -> Optional[Sampled]:
+    """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples. ``step_spans``:
+    per step label, the steps its phases are over (:attr:`~instrumenter.summary.StepStats.measured_spans`):
+    ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them."""
     if not files:
         return None
     resolver = Resolver(instrumentation)
@@ -59,12 +63,15 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     period_ns = 0
     regions: Dict[Optional[str], int] = {}
     tasks: Dict[Optional[str], int] = {}
+    python_s: Dict[str, float] = {}  # per step label, samples' weights for now
     for samples in files:
         period_ns = period_ns or samples.period_ns
         if not len(samples):
             continue
         offset = len(stacks)
         stacks.extend(resolver.stacks(samples))
+        for label, spans in (step_spans or {}).items():
+            python_s[label] = python_s.get(label, 0.0) + _python_in_spans(samples, stacks, offset, spans)
         domains, strings = names.get(samples.pid, ({}, {}))
         region = _task_keys(samples.autoitt_domain, samples.autoitt_name, domains, strings, own, regions)
         task = _task_keys(samples.task_domain, samples.task_name, domains, strings, None, tasks)
@@ -72,6 +79,8 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         parts.append((samples.stack.astype(np.int64) + offset, weight, samples.paused, region, task))
     period_s = (period_ns or 1_000_000) / 1e9
     info = _info(files, period_s)
+    if step_spans:
+        info["python_cpu_s_in_steps"] = {label: weight * period_s for label, weight in python_s.items()}
     if not parts:
         return Sampled(info)
     stack = np.concatenate([p[0] for p in parts])
@@ -88,6 +97,8 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         return hotspots.counts_of(stack[chosen], weight[chosen])
 
     collected = counts(inside)
+    # TensorFlow compiled with XLA (jit_compile): its kernels record no ITT task (the notes say so)
+    info["xla"] = any(_XLA in frame.function for i, _n in collected for frame in stacks[i] if frame.file is None)
     # what profiling itself cost the run (stacks.AUTOITT: folded where a stack enters it)
     info["profiling_cpu_s"] = sum(n for i, n in collected if stacks[i][-1:] == (AUTOITT,)) * period_s
     result.hotspots = hotspots.top(stacks, collected, period_s)
@@ -112,6 +123,44 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         if ranked[key] > 0:
             result.by_task[task_names[key]] = hotspots.top(stacks, counts(inside & (task_key == key)), period_s)
     return result
+
+
+#: In the names of XLA's CPU compiler and runtime (``xla::cpu::IrCompiler``, ``xla::cpu::...Thunk``).
+_XLA = "xla::cpu::"
+#: The C runtime: a leaf here is its caller's (Python's malloc, TensorFlow's memcpy).
+_C_RUNTIME = ("libc.so", "libm.so", "ld-linux", "libpthread.so", "libgcc_s.so")
+
+
+def _in_python(stack: Tuple[hotspots.Frame, ...]) -> bool:
+    """The sample was in Python: its innermost frame past the C runtime is a Python frame, the interpreter's,
+    or profiling's (markers the Python loop calls); not a framework's native code or JIT-compiled kernels."""
+    for frame in reversed(stack):
+        if frame.file is None and (frame.library or "").startswith(_C_RUNTIME):
+            continue
+        return frame.file is not None or frame is AUTOITT or (frame.library or "").startswith(("libpython", "python"))
+    return False
+
+
+def _python_in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...]], offset: int,
+                     spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]) -> float:
+    """The weight of ``samples`` taken on the spans' threads, inside them, in Python (:func:`_in_python`)."""
+    total = 0.0
+    for (pid, tid), (starts, ends) in spans.items():
+        if pid != samples.pid or not len(starts):
+            continue
+        mine = np.flatnonzero((samples.tid == tid) & ~samples.paused)
+        if not len(mine):
+            continue
+        order = np.argsort(starts, kind="stable")
+        at = np.searchsorted(starts[order], samples.ns[mine].astype(np.int64), side="right") - 1
+        inside = (at >= 0) & (samples.ns[mine].astype(np.int64) <= ends[order][np.maximum(at, 0)])
+        chosen = mine[inside]
+        if not len(chosen):
+            continue
+        unique, inverse = np.unique(samples.stack[chosen], return_inverse=True)
+        python = np.array([_in_python(stacks[offset + int(i)]) for i in unique.tolist()], np.bool_)[inverse]
+        total += float(samples.weight[chosen][python].sum())
+    return total
 
 
 def _task_keys(domain_ptrs: np.ndarray, name_ptrs: np.ndarray, domains: Dict[int, str], strings: Dict[int, str],

@@ -209,7 +209,8 @@ def _with_phases(a: Aggregates, step: StepStats, domains, step_labels, first_ste
         return replace(step, first_step=first_step)
     return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,
                    steady_creation_s=measured.creation_ns / measured.steps / 1e9, first_step=first_step,
-                   iteration_s=sum(measured.nanoseconds.values()) / measured.steps / 1e9)
+                   iteration_s=sum(measured.nanoseconds.values()) / measured.steps / 1e9,
+                   measured_spans=measured.spans)
 
 
 def run_split(traces, windows: Dict[int, List[Tuple[int, int]]], record) -> Optional[Dict[str, float]]:
