@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, List, Optional
+from typing import Callable, ClassVar, Dict, List, Optional
 
 from rich.console import Console
 
@@ -46,6 +46,8 @@ class Finished:
     elapsed_s: float
     #: when the run started, seconds since the epoch (``time.time()``)
     started_at: Optional[float] = None
+    #: the machine's other work during the run (:func:`instrumenter.machine.during`), where it was read
+    machine: Optional[Dict[str, float]] = None
 
 
 class Backend(ABC):

@@ -91,7 +91,7 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
                        first_step=options.mode.skip_steps + 1)
     record.save(folder)  # before the run, so a run that never ends can still be reported
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
-    record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at)
+    record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at, finished.machine)
     try:
         record.save(folder)
     except OSError as exc:

@@ -49,9 +49,13 @@ class RunRecord:
     started_at: Optional[float] = None
     #: the number of the first step collected (``--skip-steps N``: N + 1), counted across epochs
     first_step: int = 1
+    #: the machine's other work during the run (:func:`instrumenter.machine.during`); None: not read
+    machine: Optional[Dict[str, float]] = None
 
-    def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None) -> "RunRecord":
-        return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s, started_at=started_at)
+    def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None,
+              machine: Optional[Dict[str, float]] = None) -> "RunRecord":
+        return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s, started_at=started_at,
+                                   machine=machine)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / RUN_FILE, (json.dumps(asdict(self), indent=2) + "\n").encode())

@@ -140,6 +140,9 @@ class Summary:
     #: until the first resume), ``collected_s``, ``between_s`` (between collection windows), ``after_s``
     #: (after the last pause); None when the run's start was not recorded
     run_split: Optional[Dict[str, float]] = None
+    #: the machine's other work during the run: ``cpus``, ``run_cpu_s``, ``other_cpu_s``, ``elapsed_s``
+    #: (:func:`instrumenter.machine.during`); None where it was not read
+    machine: Optional[Dict[str, float]] = None
     #: The VTune backend's results (a :class:`instrumenter.vtune.read.VTuneSummary`); None with the built-in one.
     vtune: Optional[Any] = None
     #: CPU-time sampling with the built-in backend (:mod:`instrumenter.builtin.sampling`): ``rate_hz``,

@@ -71,6 +71,39 @@ def test_tensorflow_without_onednn_tasks_says_how_to_turn_them_on():
     assert "TF_ENABLE_ONEDNN_OPTS=1" in found
 
 
+def test_tensorflow_running_xla_is_said_to_and_onednn_is_not_blamed():
+    found = summary(tasks=[task("step")])
+    found.sampling = {"xla": True}
+    said = notes(found, instrumentation(frameworks=("tensorflow",)))
+    assert any("XLA-compiled code" in note for note in said) and not any("oneDNN" in note for note in said)
+
+
+def machine(other_cpu_s, cpus=2.0, elapsed_s=10.0):
+    return {"cpus": cpus, "run_cpu_s": 5.0, "other_cpu_s": other_cpu_s, "elapsed_s": elapsed_s}
+
+
+def test_other_work_taking_the_machines_cores_is_noted_with_the_warm_up_it_may_explain():
+    found = summary(steps=[step(warmup_steps=22)])
+    found.machine = machine(other_cpu_s=14.0)
+    (note,) = [n for n in notes(found, None) if "other work" in n]
+    assert "kept 1.4 of its 2 cores busy" in note and "the warm-up (22 `step` steps)" in note
+
+
+def test_a_little_other_work_is_not_noted():
+    for other, cpus in ((4.0, 2.0), (8.0, 32.0)):  # 0.4 cores; 0.8 cores of 32
+        found = summary()
+        found.machine = machine(other_cpu_s=other, cpus=cpus)
+        assert not any("other work" in n for n in notes(found, None))
+
+
+def test_the_machines_other_work_is_its_busy_time_less_the_runs_and_autoitts():
+    from instrumenter.machine import Usage, during
+
+    found = during(Usage(machine_s=100.0, children_s=10.0, own_s=1.0), Usage(130.0, 25.0, 1.5), elapsed_s=20.0)
+    assert found["run_cpu_s"] == 15.0 and found["other_cpu_s"] == 30.0 - 15.0 - 0.5 and found["elapsed_s"] == 20.0
+    assert during(None, Usage(1.0, 1.0, 1.0), 1.0) is None
+
+
 def test_tensorflow_with_onednn_tasks_needs_no_hint():
     tasks = [task("step"), task("inner_product", domain="dnnl::primitive::execute")]
     assert notes(summary(tasks=tasks), instrumentation(frameworks=("tensorflow",))) == []
@@ -98,3 +131,20 @@ def test_a_loop_whose_shapes_change_every_step_gets_the_primitive_cache_note(tmp
     assert steps["steady_creations"] >= steps["phase_steps"]
     shown = autoitt("report", "out", cwd=tmp_path)
     assert "creating primitives" in shown.stdout
+
+
+def test_a_run_beside_other_busy_processes_is_told_the_cores_were_taken(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text("import time\nfor step in range(40):  # autoitt: step\n    time.sleep(0.05)\n")
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
+    try:
+        done = autoitt("profile", "-r", "out", "train.py", cwd=tmp_path)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "note: other work on this machine kept" in " ".join(done.stdout.split())

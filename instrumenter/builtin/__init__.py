@@ -19,6 +19,7 @@ from typing import Optional
 
 from .. import target
 from ..backend import Backend, Finished, Job, Say
+from ..machine import Usage, during
 from ..console import readable
 from ..options import under_launcher
 from ..instrumentation import Instrumentation
@@ -46,10 +47,13 @@ class BuiltinBackend(Backend):
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit,
                                job.options.sample_hz, job.instrumentation.domains))
         started, started_at = time.perf_counter(), time.time()
+        before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
         command = list(under_launcher(job.options.launcher, job.command))
         process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
-        return Finished(target.wait(process), time.perf_counter() - started, started_at)
+        exit_code = target.wait(process)
+        elapsed = time.perf_counter() - started
+        return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed))
 
     def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
         """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
@@ -78,6 +82,7 @@ class BuiltinBackend(Backend):
         found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
         summary = summarize(found, record.elapsed_s, labels, domains, first_step=record.first_step)
         summary.run_split = run_split(traces, found.windows, record)
+        summary.machine = record.machine
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
         summary.stragglers = stragglers(summary.ranks)
         summary.warnings.extend(skipped)

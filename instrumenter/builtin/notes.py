@@ -17,6 +17,24 @@ from ..summary import Summary
 LARGE_PART = 0.5
 #: oneDNN primitive creation in steady steps worth a note, as a share of the step (a cache hit costs ~1 µs).
 CREATION_SHARE = 0.05
+#: Other work on the machine worth a note: this many cores busy on average, and this share of the run's cores.
+CONTENTION_CORES = 0.5
+CONTENTION_SHARE = 0.25
+
+
+def contention_note(machine: Optional[dict], steps) -> List[str]:
+    """A sentence when other work took the machine's cores while the run ran: then slow steps, and a long
+    "warm-up", may be the wait for a core rather than the run."""
+    if not machine or machine.get("elapsed_s", 0) <= 0:
+        return []
+    cores = machine["other_cpu_s"] / machine["elapsed_s"]
+    if cores < CONTENTION_CORES or cores < CONTENTION_SHARE * machine["cpus"]:
+        return []
+    warm = [f"{step.warmup_steps} `{step.label}`" for step in steps if step.warmup_steps]
+    return [f"other work on this machine kept {cores:.1f} of its {machine['cpus']:.0f} cores busy on average while "
+            f"the run ran (the run's own processes: {machine['run_cpu_s'] / machine['elapsed_s']:.1f}): slow steps"
+            + (f", and the warm-up ({', '.join(warm)} steps)," if warm else "")
+            + " may be the wait for a core, not the run; profile on an idle machine to compare"]
 
 
 def split_notes(split: Optional[dict], elapsed_s: float) -> List[str]:
@@ -35,7 +53,7 @@ def split_notes(split: Optional[dict], elapsed_s: float) -> List[str]:
 
 def notes(summary: Summary, instrumentation: Optional[Instrumentation]) -> List[str]:
     """Every note for ``summary``, most telling first."""
-    found = split_notes(summary.run_split, summary.elapsed_s)
+    found = contention_note(summary.machine, summary.steps) + split_notes(summary.run_split, summary.elapsed_s)
     for step in summary.steps:
         steady = step.steady_median_s or step.median_s
         if steady and step.steady_creation_s >= CREATION_SHARE * steady:
