@@ -46,6 +46,15 @@ class Seen(torch.optim.SGD):
         return super().step(closure)
 
 
+@pytest.fixture(autouse=True)
+def no_global_hooks(monkeypatch):
+    """A test process's torch as a script's starts: without the global hook an earlier test's runtime (a
+    Collection resumed in-process) may have registered, which would mark the closures first."""
+    from torch.optim import optimizer
+
+    monkeypatch.setattr(optimizer, "_global_optimizer_pre_hooks", type(optimizer._global_optimizer_pre_hooks)())
+
+
 def optimizer_with_the_hook(kind=torch.optim.LBFGS, **options):
     log = []
     model = torch.nn.Linear(4, 1)

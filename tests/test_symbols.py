@@ -166,4 +166,4 @@ def test_an_address_in_a_plt_stub_is_a_stub_whose_time_is_its_callers():
                    and elf.vaddr(m.offset) <= plt_start < elf.vaddr(m.offset) + m.end - m.start)
     process_address = mapping.start + plt_start - elf.vaddr(mapping.offset) + 4
     assert symbols.lookup(process_address).plt
-    assert _native(symbols, process_address) is None  # dropped from the stack: its caller holds the sample
+    assert _native(symbols, process_address)[0] is None  # dropped from the stack: its caller holds the sample

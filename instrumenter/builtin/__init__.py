@@ -99,8 +99,10 @@ class BuiltinBackend(Backend):
                                     {step.label: step.measured_spans for step in summary.steps if step.measured_spans})
         outputs = {}
         if sampled is not None:
-            # without operator tasks, the samples tell the step's Python from the framework's time (compute)
-            python = sampled.info.get("python_cpu_s_in_steps", {})
+            # without operator tasks, the samples tell the step's Python from the framework's time (compute);
+            # a loop of Python and numpy alone has no framework: its time stays Python
+            frameworks = any(file.frameworks for file in instrumentation.files)
+            python = sampled.info.get("python_cpu_s_in_steps", {}) if frameworks else {}
             summary.steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
                              if step.label in python and step.phase_steps else step for step in summary.steps]
             summary.sampling, summary.hotspots, summary.hotspot_lines = sampled.info, sampled.hotspots, sampled.lines

@@ -90,8 +90,17 @@ def family(name: str) -> str:
             if depth == 0:
                 text = text[:i] or text
                 break
-    out, depth, start = [], 0, 0
-    for char in text:
+    elided, start = elide_templates(text), 0
+    for i, char in enumerate(elided):  # the return type ends at the last space outside brackets
+        if char == " " and elided[:i].count("(") == elided[:i].count(")"):
+            start = i + 1
+    return elided[start:] or name
+
+
+def elide_templates(name: str) -> str:
+    """``name`` with each outermost template argument list as ``<…>``."""
+    out, depth = [], 0
+    for char in name:
         if char == "<":
             depth += 1
             if depth == 1:
@@ -102,11 +111,7 @@ def family(name: str) -> str:
                 out.append(">")
         elif depth == 0:
             out.append(char)
-    elided = "".join(out)
-    for i, char in enumerate(elided):  # the return type ends at the last space outside brackets
-        if char == " " and elided[:i].count("(") == elided[:i].count(")"):
-            start = i + 1
-    return elided[start:] or name
+    return "".join(out)
 
 
 def _families(stacks: Sequence[Tuple[Frame, ...]]) -> Tuple[List[Tuple[Frame, ...]], dict]:

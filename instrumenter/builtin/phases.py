@@ -43,7 +43,9 @@ A step whose tasks are none of forward, backward or optimizer (no operator
 tasks: ``--no-torch-ops``, TensorFlow, whose oneDNN tasks run on its own
 threads) gets ``compute`` for all its tasks instead, and for the time the
 step spent while a framework task ran on another thread of its process
-(TensorFlow's thread pool), taken from ``python``.
+(TensorFlow's thread pool), taken from ``python``; where the run was sampled,
+:func:`with_samples` then gives ``compute`` the rest of the step's time in no
+task but its thread's CPU time in Python (XLA's kernels record no task).
 """
 
 from __future__ import annotations
@@ -178,8 +180,10 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     python = step_time - float(by_category.sum())
     rest = float(by_category[[OTHER_OPS, STEP, OWN]].sum())
     spans = _step_spans(tasks, chosen)
-    gaps = _outside_tasks(begin, finish, chosen, counted, closures, thread, threads, span, base)
-    waited = min(_waited(tasks, categories, gaps), max(python, 0.0))
+    waited = 0.0
+    if (categories == COMMUNICATION).any():  # where the step's thread waits, only for a collective to overlap
+        gaps = _outside_tasks(begin, finish, chosen, counted, closures, thread, threads, span, base)
+        waited = min(_waited(tasks, categories, gaps), max(python, 0.0))
     python -= waited
     if by_category[COMMUNICATION] or waited:
         nanoseconds["communication"] = float(by_category[COMMUNICATION]) + waited

@@ -18,6 +18,7 @@ from rich.table import Table
 from ..console import collected_line, duration, table
 from ..instrumentation import Instrumentation
 from ..summary import Hotspot, StepStats, Summary, TaskStats
+from .hotspots import elide_templates
 from .notes import notes
 from .taskstats import OPERATOR_PREFIXES, TORCH_DOMAIN
 
@@ -226,19 +227,7 @@ def short_function(name: str, width: int = _NAME_WIDTH) -> str:
             start = i + 1
     shortened = shortened[start:]
     if len(shortened) > width:
-        out, depth = [], 0
-        for char in shortened:
-            if char == "<":
-                depth += 1
-                if depth == 1:
-                    out.append("<…")
-            elif char == ">" and depth:
-                depth -= 1
-                if depth == 0:
-                    out.append(">")
-            elif depth == 0:
-                out.append(char)
-        shortened = "".join(out)
+        shortened = elide_templates(shortened)
     return shortened if len(shortened) <= width else shortened[:width - 1] + "…"
 
 
