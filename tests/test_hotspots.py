@@ -63,6 +63,12 @@ def test_the_instances_of_one_template_are_one_row_with_their_full_names():
     assert rows[0].instances == (first.function, second.function) and rows[1].instances == ()
 
 
+def test_a_compilers_clone_of_a_function_is_that_function():
+    assert hotspots.family("void at::native::foo<float>(at::Tensor&) [clone .isra.0] [clone .cold]") == \
+        "at::native::foo<…>"
+    assert hotspots.family("unlink_chunk.constprop.0") == "unlink_chunk.constprop.0"
+
+
 def test_folded_stacks_have_one_line_per_stack_with_its_count():
     lines = list(hotspots.folded([(MAIN, CONV), (MAIN, Frame("a;b", library="x.so"))], [(0, 2), (1, 1)], ("[step]",)))
     assert lines == ["[step];main (train.py:10);a:b [x.so] 1", "[step];main (train.py:10);at::native::conv "

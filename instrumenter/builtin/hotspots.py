@@ -15,6 +15,7 @@ speedscope read).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -75,12 +76,16 @@ def top(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], 
     return _rows(ranked, self_count, total_count, samples, period_s, instances)
 
 
+_CLONE = re.compile(r"(?: \[clone [^\]]*\])+$")
+
+
 def family(name: str) -> str:
     """A C++ function's name without its return type, parameters and template arguments (each ``<…>``): what
     the instances of one template share. Other names are returned as they are."""
-    if "<" not in name and "(" not in name:
-        return name
-    text = name.rstrip()
+    text = _CLONE.sub("", name.rstrip())  # a compiler's clone of a function ([clone .isra.0]) is that function
+    if "<" not in text and "(" not in text:
+        return text
+    text = text.rstrip()
     if text.endswith(" const"):
         text = text[:-len(" const")]
     if text.endswith(")"):  # the parameters
