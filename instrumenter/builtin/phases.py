@@ -311,15 +311,16 @@ def _minus(a: Tuple[np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray]) -
 def _waited(tasks: Intervals, categories: np.ndarray, gaps: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> float:
     """The steps' time outside tasks (``gaps``, per process) while a collective ran on another thread of their
     process."""
+    return _busy_during(tasks, categories == COMMUNICATION, gaps)
+
+
+def _busy_during(tasks: Intervals, busy: np.ndarray, spans: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> float:
+    """How much of ``spans`` (per process) the ``busy`` instances of that process cover."""
     total = 0.0
-    for pid, (starts, ends) in gaps.items():
-        if not len(starts):
-            continue
-        elsewhere = (tasks.pid == pid) & (categories == COMMUNICATION)
-        if not elsewhere.any():
-            continue
-        busy = merged(tasks.start[elsewhere].tolist(), tasks.end[elsewhere].tolist())
-        total += _overlap(busy, (starts, ends))
+    for pid, (starts, ends) in spans.items():
+        mine = busy & (tasks.pid == pid)
+        if len(starts) and mine.any():
+            total += _overlap(merged(tasks.start[mine].tolist(), tasks.end[mine].tolist()), (starts, ends))
     return total
 
 
@@ -336,15 +337,8 @@ def _covered_elsewhere(tasks: Intervals, thread: np.ndarray, categories: np.ndar
                        spans: Dict[int, Tuple[np.ndarray, np.ndarray]]) -> float:
     """The chosen steps' time (``spans``, per process) during which a framework task ran on another thread of
     their process."""
-    step_threads = np.unique(thread[chosen])
-    total = 0.0
-    for pid, steps in spans.items():
-        other = (tasks.pid == pid) & ~np.isin(thread, step_threads) & (categories != OWN) & (categories != STEP)
-        if not other.any():
-            continue
-        busy = merged(tasks.start[other].tolist(), tasks.end[other].tolist())
-        total += _overlap(busy, steps)
-    return total
+    other = ~np.isin(thread, np.unique(thread[chosen])) & (categories != OWN) & (categories != STEP)
+    return _busy_during(tasks, other, spans)
 
 
 def _overlap(a: Tuple[np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray]) -> float:
