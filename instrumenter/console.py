@@ -1,16 +1,28 @@
-"""Showing a summary on a terminal: figures as people read them, tables that fit, a console for stdout.
+"""Showing a summary on a terminal: figures as people read them, tables that fit, a console for stdout, and
+text from users and traces shown as itself (:func:`printable`, :func:`literal`).
 
 Each backend renders its own summary (``instrumenter.builtin.render``,
-``instrumenter.vtune.render``) with these.
+``instrumenter.vtune.render``) with these. rich is imported where a console or table is made, so
+:func:`printable` costs nothing to import (the command line's messages use it).
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from typing import TYPE_CHECKING
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+#: Characters never written raw to a terminal or a file meant to be read: C0 controls (newline and tab
+#: included: a name is one line), DEL, C1 controls, the line and paragraph separators, the bidirectional
+#: embeddings, overrides, isolates and marks (they reorder the text around them), lone surrogates (a file
+#: name's undecodable bytes), and the non-characters U+FFFE and U+FFFF (XML forbids them).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+                      "\ud800-\udfff\ufffe\uffff]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def duration(seconds: float) -> str:
@@ -24,6 +36,9 @@ def duration(seconds: float) -> str:
 def table(title: str, columns) -> Table:
     """Names fold onto several lines; figures never wrap. No outer box: a summary of several tables still
     fits a screen."""
+    from rich import box
+    from rich.table import Table
+
     made = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     made.add_column(columns[0], overflow="fold", ratio=1, min_width=16)
     for column in columns[1:]:
@@ -32,8 +47,33 @@ def table(title: str, columns) -> Table:
 
 
 def console_for_stdout() -> Console:
-    """A terminal's own width; 120 columns when printing to a file or pipe (CI logs)."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    """A terminal's own width; 120 columns when printing to a file or pipe (CI logs). No emoji codes: a
+    note's ``file.py:100:`` is a file and line, not 💯."""
+    from rich.console import Console
+
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 120)
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character (:data:`_CONTROL`) written as its Python escape (``\\x1b``,
+    ``\\n``, ``\\u202e``), so it shows as one line of visible characters and cannot drive the terminal;
+    any other text is returned as it is."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(match: "re.Match[str]") -> str:
+    char = match.group()
+    code = ord(char)
+    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def literal(text: object) -> str:
+    """``text`` (a name, path or note from the user or a trace) to place inside rich markup: printable, and
+    what would read as markup (``[bold]``) escaped, so it shows exactly as written. (Emoji codes are off in
+    autoitt's consoles.)"""
+    from rich.markup import escape
+
+    return escape(printable(str(text)))
 
 
 def readable(name: str) -> str:

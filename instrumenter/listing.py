@@ -15,6 +15,7 @@ import click
 
 from transforms import Region, detect
 
+from .console import literal
 from .project import discover, note_line
 
 
@@ -41,19 +42,20 @@ def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(stderr=False, highlight=False, emoji=False)
+    script_name = literal(script)
     if instrumented_by == "autoitt":
-        console.print(f"{script} is already instrumented by autoitt.")
+        console.print(f"{script_name} is already instrumented by autoitt.")
     elif instrumented_by:
-        console.print(f"{script} is instrumented by {instrumented_by}: autoitt marks only the regions that cannot "
-                      "cross its own markers.")
+        console.print(f"{script_name} is instrumented by {literal(instrumented_by)}: autoitt marks only the regions "
+                      "that cannot cross its own markers.")
     if not found:
-        console.print(f"{script}: no training loops found.")
+        console.print(f"{script_name}: no training loops found.")
     else:
         several = len({path for path, _ in found}) > 1 or len(local) > 1
         cells = any("cell" in region for _, region in found)
-        table = Table(title=f"Training regions in {script}" + (" and the local modules it imports" if several else ""),
-                      title_justify="left")
+        table = Table(title=f"Training regions in {script_name}"
+                      + (" and the local modules it imports" if several else ""), title_justify="left")
         for column in (("file",) if several else ()) + (("cell",) if cells else ()) + (
                 "line", "role", "function", "label", "why"):
             table.add_column(column, overflow="fold")
@@ -64,10 +66,10 @@ def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[
             if cells:
                 cell = region.get("cell")
                 row = (_cell_name(cell),) + row
-            table.add_row(*((path,) + row if several else row))
+            table.add_row(*(literal(cell) for cell in ((path,) + row if several else row)))
         console.print(table)
     for note in all_notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{literal(note)}[/dim]")
 
 
 def _cell_name(cell: Optional[dict]) -> str:

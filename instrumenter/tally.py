@@ -13,6 +13,8 @@ from enum import IntEnum
 
 import click
 
+from .console import printable
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -45,20 +47,21 @@ class Tally:
 
     def input_error(self, message: str) -> None:
         self.input_errors += 1
-        click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
+        click.echo(click.style("error: ", fg="red", bold=True) + _lines(message), err=True)
 
     def internal_error(self, message: str) -> None:
         self.internal_errors += 1
         click.echo(
             click.style("internal error: ", fg="red", bold=True)
-            + message
+            + _lines(message)
             + "\nThis is a bug in autoitt, not in your script; nothing was written.",
             err=True,
         )
 
     def _say(self, message: str, dim: bool = False) -> None:
         if not self.quiet:
-            click.echo(click.style(message, dim=dim) if dim else message, err=True)
+            shown = _lines(message)
+            click.echo(click.style(shown, dim=dim) if dim else shown, err=True)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -69,3 +72,9 @@ class Tally:
         if self.check and self.changed:
             return ExitCode.WOULD_CHANGE
         return ExitCode.OK
+
+
+def _lines(message: str) -> str:
+    """A message's lines, each printable (a file name's escape sequence or carriage return shown escaped,
+    not run by the terminal); a message of several lines keeps them."""
+    return "\n".join(printable(line) for line in message.split("\n"))

@@ -248,6 +248,39 @@ def test_label_with_bad_syntax_exits_2(work: Path, train: Path, label: str) -> N
     assert snapshot(work) == before
 
 
+@pytest.mark.parametrize("option, value, shown", [
+    ("--label", "5=a\x1bb", "'\\x1b'"), ("--label", "5=a\tb", "'\\t'"), ("--label", "5=a\x7fb", "'\\x7f'"),
+    ("--label", "5=a\x9bb", "'\\x9b'"), ("--label", "5=a\u2028b", "'\\u2028'"),
+    ("--label", "5=a\u202eb", "'\\u202e'"), ("--domain", "a\x1bb", "'\\x1b'"), ("--domain", "a\nb", "'\\n'"),
+], ids=["label-esc", "label-tab", "label-del", "label-c1-csi", "label-line-separator", "label-bidi-override",
+        "domain-esc", "domain-newline"])
+def test_a_control_character_in_a_label_or_domain_exits_2_showing_it_escaped(
+        work: Path, train: Path, option: str, value: str, shown: str) -> None:
+    # an ESC in a label made steps.svg unparsable and reached the terminal raw
+    before = snapshot(work)
+    result = invoke("instrument", "train.py", option, value)
+    assert result.exit_code == 2
+    error = result.stderr.splitlines()[-1]  # one line: a newline or U+2028 in it would have split it
+    assert error.startswith(f"Error: Invalid value for '{option}': ")
+    assert error.endswith(f"{shown} in 'a{shown[1:-1]}b'")
+    assert value[-2] not in error
+    assert snapshot(work) == before
+
+
+def test_loops_shows_a_note_and_a_file_name_as_written_not_as_markup_or_emoji(work: Path) -> None:
+    # rich reads `:100:` as its emoji code (💯) and `[bold]` as a style unless told not to
+    script = "import ittapi.compat as itt\n" + "\n" * 97 + (
+        'domain = itt.domain_create("mine")\n'
+        "for epoch in range(2):  # line 100\n"
+        '    itt.task_begin(domain, "my_epoch")\n'
+        "    itt.task_end(domain)\n")
+    (work / "mine [bold].py").write_text(script)
+    result = invoke("loops", "mine [bold].py")
+    assert result.exit_code == 0, result.output
+    assert "mine [bold].py:100: epoch loop left to the script's own markers" in result.stdout
+    assert "\N{HUNDRED POINTS SYMBOL}" not in result.stdout
+
+
 def test_steps_zero_exits_2(work: Path, train: Path) -> None:
     before = snapshot(work)
     result = invoke("instrument", "train.py", "--steps", "0")

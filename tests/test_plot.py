@@ -187,3 +187,16 @@ def test_a_step_far_slower_than_the_rest_sits_on_the_top_edge_saying_its_time():
 def test_a_run_without_steps_says_so():
     root = _draw()
     assert [t.text for t in _all(root, "text", "note")] == ["no step tasks were recorded"]
+
+
+def test_any_step_label_and_title_give_well_formed_xml_showing_control_characters_escaped():
+    # a task name comes from the trace (the script's own ITT calls): XML 1.0 forbids most control characters even
+    # as character references, so an ESC in a label made steps.svg unparsable
+    controls = "".join(map(chr, [*range(0x20), 0x7f, 0x85, 0x9b, 0x2028, 0x202e, 0xfffe, 0xdcff]))
+    label = f"a\x1b[31m\n[bold]:100: <&\"'>{controls}"
+    root = ElementTree.fromstring(step_time_svg([_steps(STEADY, label=label)], f"Step time, x\x1b.py{controls}"))
+    head = _all(root, "text", "legend", 0)[0].text
+    assert head.startswith("a\\x1b[31m\\n[bold]:100: <&\"'>\\x00\\x01")
+    assert "\\x7f\\x85\\x9b\\u2028\\u202e\\ufffe\\udcff" in head
+    assert _all(root, "text", "title")[0].text.startswith("Step time, x\\x1b.py\\x00")
+    assert _all(root, "rect", "plot-area", 0)[0].get("data-label").startswith("a\\x1b[31m\\n")

@@ -29,7 +29,9 @@ import re
 from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax import saxutils
+
+from ..console import printable
 
 _WIDTH = 760
 _LEFT, _RIGHT = 68, 20
@@ -58,6 +60,18 @@ _OFF_SCALE_LABELS = 3
 
 
 _PANEL_TAG = re.compile(r"^<(\w+) ")
+
+
+def escape(text: str) -> str:
+    """``text`` (a task name, a script's name: anything a trace or the user chose) as XML character data.
+    XML 1.0 allows most control characters not even as references, so they are written as visible escapes
+    (``\\x1b``, as on the terminal): the file parses whatever the names."""
+    return saxutils.escape(printable(text))
+
+
+def quoteattr(text: str) -> str:
+    """``text`` as a quoted XML attribute value, its control characters written as :func:`escape` writes them."""
+    return saxutils.quoteattr(printable(text))
 
 
 class _Range:

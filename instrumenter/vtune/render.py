@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..console import collected_line, duration, table
+from ..console import collected_line, duration, literal, table
 from ..summary import Summary
 
 _TOP = 12
@@ -19,49 +19,50 @@ _STATUS = {"ok": "done", "failed": "VTune failed", "script-failed": "the script 
 def render(summary: Summary, console: Console, *, script: str, result_dir: Path) -> None:
     """Per analysis: how it went (VTune's errors and what to do), then each result folder's figures."""
     vtune = summary.vtune
-    console.print(f"[bold]autoitt profile[/bold] of {script}, vtune backend ({vtune.vtune})")
+    console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, vtune backend ({literal(vtune.vtune)})")
     share = collected_line(summary.elapsed_s, summary.collected_s)
     collected = f"; collected (not paused) {duration(summary.collected_s)}{share}" if summary.collected_s else ""
     console.print(f"  elapsed {duration(summary.elapsed_s)}{collected}")
     for analysis in vtune.analyses:
         run = analysis.run
-        where = ", ".join(str(result_dir / name) for name in run.result_dirs)
+        where = ", ".join(literal(result_dir / name) for name in run.result_dirs)
         state = _STATUS.get(run.status, run.status)
         if run.status == "script-failed":
             state += f" (exit code {run.script_exit_code})"
         elif run.status == "failed":
             state += f" (vtune exited with code {run.exit_code})" if run.exit_code is not None else ""
         elif run.status == "not-run":
-            state += f" ({'; '.join(run.hints)})"
-        console.print(f"[bold]{run.analysis}[/bold]: {state}" + (f"; results in {where}" if where else ""))
+            state += f" ({literal('; '.join(run.hints))})"
+        console.print(f"[bold]{literal(run.analysis)}[/bold]: {state}" + (f"; results in {where}" if where else ""))
         for line in run.errors:
-            console.print(f"  [red]{line}[/red]", soft_wrap=True)
+            console.print(f"  [red]{literal(line)}[/red]", soft_wrap=True)
         for hint in run.hints if run.status != "not-run" else ():
-            console.print(f"  [yellow]what to do:[/yellow] {hint}")
+            console.print(f"  [yellow]what to do:[/yellow] {literal(hint)}")
         for problem in run.report_problems:
-            console.print(f"  [yellow]report:[/yellow] {problem}")
+            console.print(f"  [yellow]report:[/yellow] {literal(problem)}")
         for result in analysis.results:
             _render_result(console, run.analysis, result)
     for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {literal(warning)}")
     if vtune.gui:
-        console.print("Open in the VTune GUI: " + "; ".join(vtune.gui))
-    console.print(f"Results in {result_dir}/: VTune's reports as CSV in {vtune.csv_dir}/, summary.json; "
-                  f"`autoitt report {result_dir}` prints this again.")
+        console.print("Open in the VTune GUI: " + literal("; ".join(vtune.gui)))
+    folder = literal(result_dir)
+    console.print(f"Results in {folder}/: VTune's reports as CSV in {literal(vtune.csv_dir)}/, summary.json; "
+                  f"`autoitt report {folder}` prints this again.")
 
 
 def _render_result(console: Console, analysis: str, result) -> None:
-    label = f"{analysis}" + (f", rank/host {result.rank}" if result.rank is not None else "")
+    label = literal(f"{analysis}" + (f", rank/host {result.rank}" if result.rank is not None else ""))
     for problem in result.problems:
-        console.print(f"  [yellow]{label}:[/yellow] {problem}")
+        console.print(f"  [yellow]{label}:[/yellow] {literal(problem)}")
     if result.cpu_time_s is not None:
         console.print(f"  {label}: CPU time {duration(result.cpu_time_s)}")
     if result.top_down:
         console.print(f"  {label}: top-down, whole run: "
-                      + ", ".join(f"{name} {value:.1f}%" for name, value in result.top_down.items()))
+                      + literal(", ".join(f"{name} {value:.1f}%" for name, value in result.top_down.items())))
     if result.bandwidth:
         console.print(f"  {label}: memory bandwidth: "
-                      + ", ".join(f"{name} {_value(value)}" for name, value in result.bandwidth.items()))
+                      + literal(", ".join(f"{name} {_value(value)}" for name, value in result.bandwidth.items())))
     with_top_down = [task for task in result.tasks if task.top_down]
     rows = with_top_down or result.tasks
     shown = _top_tasks(rows)
@@ -77,14 +78,14 @@ def _render_result(console: Console, analysis: str, result) -> None:
             cells = [f"{task.top_down[c]:.1f}" if c in task.top_down else "" for c in categories]
             if show_memory:
                 cells.append(_value(task.columns.get(memory)))
-            grid.add_row(task.task, *cells, max(task.top_down, key=task.top_down.get))
+            grid.add_row(literal(task.task), *cells, literal(max(task.top_down, key=task.top_down.get)))
         console.print(grid)
     elif result.tasks:
         total = sum(task.cpu_time_s or 0.0 for task in result.tasks)
         grid = table(f"CPU time per task, {label}{more}", ("task", "CPU time", "share"))
         for task in shown:
             cpu = task.cpu_time_s
-            grid.add_row(task.task, duration(cpu) if cpu is not None else "",
+            grid.add_row(literal(task.task), duration(cpu) if cpu is not None else "",
                          f"{cpu / total:.1%}" if cpu is not None and total else "")
         console.print(grid)
     if result.functions:
@@ -93,7 +94,7 @@ def _render_result(console: Console, analysis: str, result) -> None:
             source = ""
             if row.source_file:
                 source = Path(row.source_file).name + (f":{row.source_line}" if row.source_line else "")
-            grid.add_row(row.function, row.module or "", source,
+            grid.add_row(literal(row.function), literal(row.module or ""), literal(source),
                          duration(row.cpu_time_s) if row.cpu_time_s is not None else "")
         console.print(grid)
 
