@@ -51,8 +51,9 @@ def vtune_options(command):
         click.option("--launcher", metavar="CMD", callback=lambda ctx, param, value: shell_words(
                          ctx, param, () if value is None else (value,)),
                      help='Run the script through this launcher, one process per rank: "mpirun -n 4", '
-                          '"srun", "torchrun --nproc_per_node 2". With VTune, one vtune per rank (every per-rank '
-                          "result folder is read back)."),
+                          '"srun", "torchrun --nproc_per_node 2", "accelerate launch --multi_gpu --num_processes 2", '
+                          '"deepspeed --num_gpus 2" (found on PATH or beside autoitt\'s Python). With VTune, one vtune '
+                          "per rank (every per-rank result folder is read back)."),
     ]):
         command = option(command)
     return command

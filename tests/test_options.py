@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from instrumenter.cli import cli
-from instrumenter.options import under_launcher, vtune_launcher_problem
+from instrumenter.options import find_launcher, script_launcher_at, under_launcher, vtune_launcher_problem
 from tests.conftest import SAMPLES
 from transforms import MAX_PT_REGIONS, Mode, Outcome, instrument_source, strip_markers
 
@@ -196,23 +196,78 @@ TARGET = ("/venv/bin/python", "/autoitt/launch/__main__.py", "/runs/t-1/train_it
 VTUNE_COMMAND = ("/opt/vtune", "-collect", "hotspots", "--", *TARGET)
 
 
-def test_torchrun_after_srun_is_given_the_script_not_the_interpreter():
+#: TARGET as torchrun, accelerate and deepspeed run a script: unbuffered, with autoitt's interpreter.
+UNBUFFERED = (TARGET[0], "-u", *TARGET[1:])
+
+
+def test_torchrun_after_srun_runs_autoitts_interpreter():
     assert under_launcher(["srun", "-N", "2", "torchrun", "--nnodes", "2"], TARGET) == (
-        "srun", "-N", "2", "torchrun", "--nnodes", "2", *TARGET[1:])
+        "srun", "-N", "2", "torchrun", "--no-python", "--nnodes", "2", *UNBUFFERED)
 
 
-def test_torchrun_after_mpirun_is_given_the_script_not_the_interpreter():
+def test_torchrun_after_mpirun_runs_autoitts_interpreter():
     assert under_launcher(["mpirun", "-n", "1", "/opt/bin/torchrun"], TARGET) == (
-        "mpirun", "-n", "1", "/opt/bin/torchrun", *TARGET[1:])
+        "mpirun", "-n", "1", "/opt/bin/torchrun", "--no-python", *UNBUFFERED)
 
 
 def test_torch_distributed_run_as_a_module_is_torchrun():
     launcher = ["srun", "python", "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    assert under_launcher(launcher, TARGET) == (*launcher, *TARGET[1:])
+    assert under_launcher(launcher, TARGET) == (*launcher[:4], "--no-python", *launcher[4:], *UNBUFFERED)
+
+
+@pytest.mark.parametrize("launcher", [("accelerate", "launch"), ("/venv/bin/accelerate-launch",),
+                                      ("python", "-m", "accelerate.commands.launch")])
+def test_accelerate_launch_is_given_no_python_and_autoitts_interpreter(launcher):
+    """accelerate runs its ``training_script`` with its own interpreter: given autoitt's command as it was, it ran
+    ``python python <launcher> ...`` ("source code cannot contain null bytes")."""
+    assert script_launcher_at([*launcher, "--cpu"]) == ("accelerate", len(launcher))
+    assert under_launcher([*launcher, "--cpu", "--num_processes", "2"], TARGET) == (
+        *launcher, "--no_python", "--cpu", "--num_processes", "2", *UNBUFFERED)
+    assert under_launcher([*launcher, "--no_python", "--cpu"], TARGET) == (*launcher, "--no_python", "--cpu",
+                                                                           *TARGET)
+    assert script_launcher_at(["accelerate", "config"]) is None
+
+
+def test_deepspeed_gives_the_script_its_local_rank_where_deepspeed_would():
+    """deepspeed puts --local_rank=N right after the script it runs: that would be autoitt's launcher script, so
+    it is given --no_local_rank and the user's script gets --local_rank=$LOCAL_RANK ahead of its arguments."""
+    at = TARGET.index("train.py") + 1
+    command = under_launcher(["deepspeed", "--num_gpus", "2"], TARGET, args_at=at)
+    assert command[:6] == ("deepspeed", "--no_python", "--no_local_rank", "--num_gpus", "2", "sh")
+    script = command[7]
+    assert command[6::2] == ("-c", "sh", "1") and command[-2] == "--epochs"
+    assert script == ('exec /venv/bin/python -u /autoitt/launch/__main__.py /runs/t-1/train_itt.py train.py '
+                      '--local_rank="$LOCAL_RANK" "$@"')
+    done = subprocess.run(["sh", "-c", script.replace("exec ", "exec echo ", 1), "sh", "--epochs", "1 2"],
+                          env={"LOCAL_RANK": "3"}, capture_output=True, text=True)
+    assert done.stdout.split()[-5:] == ["train.py", "--local_rank=3", "--epochs", "1", "2"]
+    assert under_launcher(["deepspeed", "--no_local_rank", "--num_gpus", "2"], TARGET, args_at=at) == (
+        "deepspeed", "--no_python", "--no_local_rank", "--num_gpus", "2", *UNBUFFERED)
+    assert "--no_local_rank" in vtune_launcher_problem(["deepspeed", "--num_gpus", "2"])
+    assert vtune_launcher_problem(["deepspeed", "--no_local_rank"]) is None
+
+
+def test_a_launcher_beside_autoitts_interpreter_is_found_without_path(tmp_path):
+    """``.venv/bin/torchrun`` without the environment activated: found in the folder of the interpreter, which is
+    not resolved (a virtual environment's python links to the base interpreter, elsewhere)."""
+    venv, elsewhere = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for folder in (venv, elsewhere):
+        folder.mkdir(parents=True)
+    for program in (venv / "torchrun", elsewhere / "torchrun", elsewhere / "mpirun"):
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    (venv / "python").symlink_to(sys.executable)
+    python = str(venv / "python")
+    assert find_launcher("torchrun", python, path="/nonexistent", virtual=True) == str(venv / "torchrun")
+    assert find_launcher("torchrun", python, path=str(elsewhere), virtual=True) == str(venv / "torchrun")
+    assert find_launcher("torchrun", python, path=str(elsewhere), virtual=False) == str(elsewhere / "torchrun")
+    assert find_launcher("mpirun", python, path=str(elsewhere), virtual=True) == str(elsewhere / "mpirun")
+    assert find_launcher("no-such-launcher", python, path=str(elsewhere)) is None
+    assert find_launcher(str(elsewhere / "mpirun"), python, path="") == str(elsewhere / "mpirun")
 
 
 @pytest.mark.parametrize("flag", ["--no-python", "--no_python"])
-def test_a_users_no_python_makes_torchrun_run_autoitts_interpreter(flag):
+def test_a_users_no_python_keeps_autoitts_command_as_it_is(flag):
     assert under_launcher(["torchrun", flag, "--standalone"], TARGET) == ("torchrun", flag, "--standalone", *TARGET)
 
 

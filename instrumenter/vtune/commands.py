@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from ..options import ANALYSES, VTuneOptions, torchrun_at, under_launcher
+from ..options import ANALYSES, VTuneOptions, script_launcher_at, under_launcher
 
 #: The delimiter passed to every report, and the character it stands for.
 CSV_DELIMITER = ("comma", ",")
@@ -95,7 +95,8 @@ def _knobs(analysis: str, sampling_mode: str) -> List[str]:
 def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
     """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``.
 
-    Under torchrun, ``--no-python`` is added (:func:`~instrumenter.options.under_launcher`)
+    Under torchrun (or ``accelerate launch``, ``deepspeed``), its "no python" flag is added
+    (:func:`~instrumenter.options.under_launcher`)
     and each rank's vtune is started through :func:`per_rank`.
     """
     options = config.options
@@ -108,7 +109,7 @@ def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
     result_at = len(command) - 1
     command += options.extra_args
     command += ["--", *config.target]
-    if torchrun_at(config.launcher) is not None:
+    if script_launcher_at(config.launcher) is not None:
         command = per_rank(command, result_at)
     return list(under_launcher(config.launcher, command, python=False))
 
