@@ -188,6 +188,40 @@ def test_the_users_own_modules_named_like_autoitts_or_the_standard_librarys_are_
     assert [(s["label"], s["count"]) for s in steps] == [("step", 3 if options else 5)]
 
 
+USES_ITS_OWN_INSTRUMENTER_PACKAGE = textwrap.dedent(
+    """\
+    import instrumenter.collection
+    from instrumenter import window
+    from instrumenter.collection import Collection
+    from fakes import Model
+
+    print(Collection.WHO, window.WHO, instrumenter.collection.__file__.endswith("user_code/instrumenter/collection.py"))
+    model = Model()
+    for step in range(4):
+        model(step).backward()
+    """
+)
+
+
+@pytest.mark.parametrize("options", [[], ["--skip-steps", "1", "--steps", "2"]], ids=["whole-run", "window"])
+def test_a_users_own_instrumenter_package_with_autoitts_runtime_module_names_is_theirs(tmp_path, options):
+    # The copy's runtime (collection, window) is autoitt's; the script's `instrumenter.collection` is the user's.
+    (tmp_path / "user_code" / "instrumenter").mkdir(parents=True)
+    folder = _project(tmp_path / "user_code", main=USES_ITS_OWN_INSTRUMENTER_PACKAGE)
+    (folder / "instrumenter" / "__init__.py").write_text("")
+    (folder / "instrumenter" / "collection.py").write_text("class Collection:\n    WHO = 'the user collection'\n")
+    (folder / "instrumenter" / "window.py").write_text("WHO = 'the user window'\n")
+    plain = subprocess.run([sys.executable, "main.py"], cwd=folder, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    done = subprocess.run([str(AUTOITT), "profile", "--json", "--backend", "builtin", "-r", "out", *options, "main.py"],
+                          cwd=folder, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert plain.stdout == "the user collection the user window True\n"
+    assert plain.stdout in done.stderr  # autoitt's --json run shows the script's output on stderr
+    steps = json.loads(done.stdout)["steps"]
+    assert [(s["label"], s["count"]) for s in steps] == [("step", 2 if options else 4)]
+
+
 def test_the_launcher_started_by_module_name_still_runs_a_copy(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import sys\nprint(__file__, sys.argv[1:], sys.path[0])\n")

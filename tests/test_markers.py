@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from transforms import WINDOW_CLASS, WINDOW_MODULE
-from transforms._markers import RUNTIME_CLASS, RUNTIME_MODULE
+from transforms._markers import LAUNCHED_RUNTIME_PACKAGE, RUNTIME_CLASS, RUNTIME_MODULE
 from transforms._markers import ITT_NAMES, Markers, MarkerMatcher, free_name
 
 MARKERS = Markers(itt="itt", domain="_autoitt_domain", torch="torch")
@@ -68,13 +68,21 @@ def test_a_name_the_script_uses_is_never_chosen():
     assert free_name(ITT_NAMES, {"itt", "_autoitt_itt", "_autoitt_itt_2"}) == "_autoitt_itt_3"
 
 
-def test_the_launcher_preloads_the_window_runtime_the_vocabulary_names():
+def test_the_launcher_provides_the_runtime_package_launched_copies_import():
     import instrumenter.launch
     from instrumenter.launch import __main__ as launcher
 
-    # the closure marker first: the collection uses it
-    assert launcher.RUNTIME_MODULES == ("instrumenter.closures", RUNTIME_MODULE, WINDOW_MODULE)
+    assert launcher.RUNTIME_PACKAGE == LAUNCHED_RUNTIME_PACKAGE
     # The launcher cannot import its package: the names of its command line (and its files) are written twice.
     assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION, launcher.FAULT_FILE) == (
         instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION,
         instrumenter.launch.FAULT_FILE)
+
+
+def test_a_launched_copy_imports_the_runtime_from_the_launchers_package_and_is_still_recognised():
+    markers = Markers(runtime_package=LAUNCHED_RUNTIME_PACKAGE)
+    (_, (module, name, alias)) = markers.imports(windowed=False)
+    assert (module, name) == (f"{LAUNCHED_RUNTIME_PACKAGE}.collection", RUNTIME_CLASS)
+    (_, (window_module, _, _)) = markers.imports(windowed=True)
+    assert window_module == f"{LAUNCHED_RUNTIME_PACKAGE}.window"
+    assert MATCHER.is_header(statement(f"from {module} import {name} as {alias}"))

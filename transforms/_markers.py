@@ -53,10 +53,16 @@ INSTRUMENTED_MARKER = "# autoitt: instrumented"
 #: The runtime a copy binds ``itt`` to (counted collection control, string handles made
 #: once), and the one a windowed copy (``--skip-steps``/``--steps``) uses instead: modules
 #: of autoitt's own package, so a copy needs autoitt installed where it runs.
-RUNTIME_MODULE = "instrumenter.collection"
+RUNTIME_PACKAGE = "instrumenter"
+RUNTIME_MODULE = f"{RUNTIME_PACKAGE}.collection"
 RUNTIME_CLASS = "Collection"
-WINDOW_MODULE = "instrumenter.window"
+WINDOW_MODULE = f"{RUNTIME_PACKAGE}.window"
 WINDOW_CLASS = "CollectionWindow"
+#: The package a copy that autoitt's launcher runs (``autoitt profile``) imports the same modules from: the
+#: launcher provides autoitt's runtime under this name (``instrumenter/launch/__main__.py``), which no package
+#: of the user's can shadow (``_autoitt`` names are autoitt's in every copy), while an ``instrumenter`` of the
+#: user's stays theirs.
+LAUNCHED_RUNTIME_PACKAGE = "_autoitt"
 #: The name the copy binds the runtime class to (numbered when the script uses it): never a
 #: name of the script's, such as ``Collection`` from ``typing``.
 RUNTIME_ALIASES = {RUNTIME_CLASS: "_autoitt_Collection", WINDOW_CLASS: "_autoitt_CollectionWindow"}
@@ -122,6 +128,8 @@ class Markers:
     torch: Optional[str] = None
     #: the copy's name for its runtime class (see :data:`RUNTIME_ALIASES`)
     runtime: str = RUNTIME_ALIASES[RUNTIME_CLASS]
+    #: the package the copy imports the runtime from (:data:`RUNTIME_PACKAGE` or :data:`LAUNCHED_RUNTIME_PACKAGE`)
+    runtime_package: str = RUNTIME_PACKAGE
 
     def _call(self, function: str, *args: str) -> str:
         return f"{self.itt}.{function}({', '.join(args)})"
@@ -170,6 +178,7 @@ class Markers:
     def imports(self, windowed: bool) -> Tuple[Tuple[str, Optional[str], Optional[str]], ...]:
         """(module, name-or-None, asname-or-None) of each import: ittapi, then the runtime."""
         module, name = (WINDOW_MODULE, WINDOW_CLASS) if windowed else (RUNTIME_MODULE, RUNTIME_CLASS)
+        module = self.runtime_package + module[len(RUNTIME_PACKAGE):]
         return (ITT_MODULE, None, self.itt), (module, name, self.runtime)
 
     def header_comment(self, source_name: str) -> str:
@@ -360,7 +369,9 @@ class MarkerMatcher:
         return name in self.runtime or name in (f"{self.itt}.{c}" for c in HEADER_CALLS)
 
 
-_RUNTIME_IMPORTS = ((RUNTIME_MODULE, [RUNTIME_CLASS]), (WINDOW_MODULE, [WINDOW_CLASS]))
+_RUNTIME_IMPORTS = tuple((package + module[len(RUNTIME_PACKAGE):], [name])
+                         for package in (RUNTIME_PACKAGE, LAUNCHED_RUNTIME_PACKAGE)
+                         for module, name in ((RUNTIME_MODULE, RUNTIME_CLASS), (WINDOW_MODULE, WINDOW_CLASS)))
 
 
 def _runtime_names(module: "cst.Module"):

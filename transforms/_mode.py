@@ -22,6 +22,9 @@ class Mode:
     ``labels``: task label overrides, keyed by the 1-based line of the loop or
     call in the script the user named (not in the modules it imports).
     ``roles``: role overrides (step, epoch, eval, train-call, skip), keyed the same way.
+    ``launched``: the copy runs under autoitt's launcher (``autoitt profile``), so it imports the runtime
+    from the package the launcher provides (``_autoitt``), which no package of the user's can shadow;
+    otherwise from autoitt's installed ``instrumenter``.
 
     What differs between the files of one project (whether a file controls
     collection) is not an option: see :func:`transforms.instrument`.
@@ -34,6 +37,7 @@ class Mode:
     pt_regions: bool = False
     labels: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
     roles: Tuple[Tuple[int, str], ...] = field(default_factory=tuple)
+    launched: bool = False
 
     def __post_init__(self) -> None:
         if self.skip_steps < 0:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ._detect import Detection, Note, Region
-from ._markers import (DOMAIN_VAR, ITT_NAMES, LIBRARY_METHODS, LIBRARY_ROLES, LIBRARY_STEP, PT_REGION_VAR,
-                       RUNTIME_ALIASES, RUNTIME_CLASS, WINDOW_CLASS, Markers, free_name)
+from ._markers import (DOMAIN_VAR, ITT_NAMES, LAUNCHED_RUNTIME_PACKAGE, LIBRARY_METHODS, LIBRARY_ROLES, LIBRARY_STEP,
+                       PT_REGION_VAR, RUNTIME_ALIASES, RUNTIME_CLASS, RUNTIME_PACKAGE, WINDOW_CLASS, Markers,
+                       free_name)
 from ._mode import MAX_PT_REGIONS, Mode
 
 
@@ -129,7 +130,8 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
     runtime = RUNTIME_ALIASES[WINDOW_CLASS if mode.windowed else RUNTIME_CLASS]
     markers = Markers(itt=free_name(ITT_NAMES, detection.names_in_use),
                       domain=free_name((DOMAIN_VAR,), detection.names_in_use), torch=torch_ref,
-                      runtime=free_name((runtime,), detection.names_in_use))
+                      runtime=free_name((runtime,), detection.names_in_use),
+                      runtime_package=LAUNCHED_RUNTIME_PACKAGE if mode.launched else RUNTIME_PACKAGE)
 
     pt_vars = {}
     if mode.pt_regions:
