@@ -49,11 +49,13 @@ class Sampled:
 
 def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[int, str], Dict[int, str]]],
                       instrumentation: Optional[Instrumentation], own_domains: Iterable[str],
-                      step_spans: Optional[Dict[str, Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]]] = None
-                      ) -> Optional[Sampled]:
+                      step_spans: Optional[Dict[str, Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]]] = None,
+                      windows: Optional[Dict[int, List[Tuple[int, int]]]] = None) -> Optional[Sampled]:
     """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples. ``step_spans``:
     per step label, the steps its phases are over (:attr:`~instrumenter.summary.StepStats.measured_spans`):
-    ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them."""
+    ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them.
+    ``windows``: per pid, its collection windows (:attr:`~.aggregate.Aggregates.windows`), for the processes
+    that never controlled collection themselves (see :func:`_outside_collection`)."""
     if not files:
         return None
     resolver = Resolver(instrumentation)
@@ -64,6 +66,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     regions: Dict[Optional[str], int] = {}
     tasks: Dict[Optional[str], int] = {}
     python_s: Dict[str, float] = {}  # per step label, samples' weights for now
+    parents = {samples.pid: samples.ppid for samples in files}
     for samples in files:
         period_ns = period_ns or samples.period_ns
         if not len(samples):
@@ -76,7 +79,8 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         region = _task_keys(samples.autoitt_domain, samples.autoitt_name, domains, strings, own, regions)
         task = _task_keys(samples.task_domain, samples.task_name, domains, strings, None, tasks)
         weight = samples.weight.astype(np.int64)
-        parts.append((samples.stack.astype(np.int64) + offset, weight, samples.paused, region, task))
+        paused = _outside_collection(samples, windows or {}, parents)
+        parts.append((samples.stack.astype(np.int64) + offset, weight, paused, region, task))
     period_s = (period_ns or 1_000_000) / 1e9
     info = _info(files, period_s)
     if step_spans:
@@ -123,6 +127,29 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         if ranked[key] > 0:
             result.by_task[task_names[key]] = hotspots.top(stacks, counts(inside & (task_key == key)), period_s)
     return result
+
+
+def _outside_collection(samples: SampleFile, windows: Dict[int, List[Tuple[int, int]]],
+                        parents: Dict[int, int]) -> np.ndarray:
+    """Per sample: taken outside collection. A process's own flags say so, except in a process that was not
+    forked and never resumed collection itself (a DataLoader worker started by spawn or forkserver: its
+    collector samples from its start, always paused, for it makes no ITT call): its samples are collected
+    while the nearest process above it that has collection windows (the training process) collects, as a
+    forked worker's are, whose collector state is its parent's."""
+    if samples.forked or windows.get(samples.pid):
+        return samples.paused
+    pid, seen = samples.ppid, set()
+    while not windows.get(pid) and pid in parents and pid not in seen:
+        seen.add(pid)
+        pid = parents[pid]
+    spans = sorted(windows.get(pid) or ())
+    if not spans:
+        return samples.paused
+    starts = np.array([start for start, _end in spans], np.int64)
+    ends = np.array([end for _start, end in spans], np.int64)
+    ns = samples.ns.astype(np.int64)
+    at = np.searchsorted(starts, ns, side="right") - 1
+    return ~((at >= 0) & (ns <= ends[np.maximum(at, 0)]))
 
 
 #: In the names of XLA's CPU compiler and runtime (``xla::cpu::IrCompiler``, ``xla::cpu::...Thunk``).

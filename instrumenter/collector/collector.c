@@ -185,6 +185,9 @@ static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER; /* everything but th
 static pthread_key_t g_key;
 static int g_key_ok;
 static uint32_t g_pid, g_ppid;
+/* The number in this process image's file names (itt-<id>.bin, samples-<id>.bin) and headers: its pid,
+   unless the folder already holds a file of that pid (pick_file_id).  Readers tell processes apart by it. */
+static uint32_t g_file_id;
 static uint64_t g_start_mono, g_start_real;
 static uint32_t g_header_flags;
 static int g_tsc;                           /* records hold TSC ticks, not CLOCK_MONOTONIC ns */
@@ -447,14 +450,33 @@ static void write_registry_locked(int fd)
     free(chunk);
 }
 
-/* Opens itt-<pid>.bin and writes the header and the names known so far (g_mutex held). */
+/* g_file_id for this image: its pid, or, where a file of that pid is already in the folder, pid + n * 2^22
+ * for the first n whose files are not (Linux pids are below 2^22, PID_MAX_LIMIT).  Such a file is from
+ * an earlier image of this process, which exec'd this one (its steps were written before the exec: see
+ * hooks.c), or from a process that had this pid before in a long run: either way it is kept, never
+ * truncated, and the two are told apart.  No allocation, no lock: fork_child calls it. */
+static uint32_t pick_file_id(void)
+{
+    char path[sizeof g_dir + 40];
+    for (uint32_t n = 0; n < 1024; n++) {
+        uint32_t id = g_pid + (n << 22);
+        snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, id);
+        if (access(path, F_OK) == 0) continue;
+        snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, id);
+        if (access(path, F_OK) == 0) continue;
+        return id;
+    }
+    return g_pid;
+}
+
+/* Opens itt-<file id>.bin and writes the header and the names known so far (g_mutex held). */
 static int open_file_locked(void)
 {
     int fd = atomic_load(&g_fd);
     if (fd != -1) return fd;
     char path[sizeof g_dir + 32];
     mkdirs(g_dir);
-    snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, g_pid);
+    snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, g_file_id);
     fd = fd_out_of_the_way(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644), 0);
     if (fd < 0) {
         fprintf(stderr, "autoitt collector: cannot write %s: %s; recording nothing\n", path,
@@ -467,7 +489,7 @@ static int open_file_locked(void)
     memcpy(h.magic, FILE_MAGIC, 8);
     h.version = FORMAT_VERSION;
     h.header_size = sizeof h;
-    h.pid = g_pid;
+    h.pid = g_file_id;
     h.ppid = g_ppid;
     h.start_mono_ns = g_start_mono;
     h.start_real_ns = g_start_real;
@@ -523,7 +545,7 @@ static void report_losses(void)
     uint64_t lost = atomic_load(&g_lost_records);
     if (lost == 0 || atomic_flag_test_and_set(&said)) return;
     fprintf(stderr, "autoitt collector: up to %llu records of process %u could not be written to %s/itt-%u.bin "
-            "(%s): its trace ends early\n", (unsigned long long)lost, g_pid, g_dir, g_pid,
+            "(%s): its trace ends early\n", (unsigned long long)lost, g_pid, g_dir, g_file_id,
             strerror(atomic_load(&g_lost_errno)));
 }
 
@@ -1163,6 +1185,7 @@ static void fork_child(void)
     g_forked = 1;
     g_pid = (uint32_t)getpid();
     g_ppid = (uint32_t)getppid();
+    g_file_id = pick_file_id();
     g_start_ticks = now_ticks();
     g_start_mono = now_ns(CLOCK_MONOTONIC);
     g_start_real = now_ns(CLOCK_REALTIME);
@@ -1335,6 +1358,7 @@ __attribute__((constructor)) static void collector_load(void)
         if (getcwd(cwd, sizeof cwd)) snprintf(g_dir, sizeof g_dir, "%s/%s", cwd, dir);
         else snprintf(g_dir, sizeof g_dir, "%s", dir);
     }
+    g_file_id = pick_file_id(); /* once g_dir is known */
     fd_room_init();
     g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -24,6 +24,12 @@
  *    namespace, so a wrapper would change what the program loads.  New objects are found by the
  *    scanner instead (the loader's load count, every scan) and patched then: a thread that a library
  *    starts within 50 ms of being loaded is not sampled (it is counted, see the reason record).
+ *  - execve, execv, execvp, execvpe, fexecve: a program that replaces itself (a restart wrapper,
+ *    `os.execv`) ends its image without exit(), so nothing at exit runs: what the threads buffered
+ *    and what the sampler holds is written first (h_before_exec), else every step recorded since the
+ *    last pause would be lost with the image.  Never in a child between fork and exec
+ *    (subprocess), where only async-signal-safe calls are allowed and nothing of it was recorded.
+ *    These are patched without sampling too (h_install_exec_only).
  *  - dlclose: the unwinder reads libraries' .eh_frame from inside the handler.  A close waits
  *    until no handler is in a native walk (uw_readers), and while it runs handlers skip the
  *    walk; each close bumps uw_generation, which empties every thread's unwind caches at its
@@ -183,6 +189,11 @@ static int (*h_real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(
 static int (*h_real_sigaction)(int, const struct sigaction *, struct sigaction *);
 static __sighandler_t (*h_real_signal)(int, __sighandler_t);
 static int (*h_real_dlclose)(void *);
+static int (*h_real_execve)(const char *, char *const[], char *const[]);
+static int (*h_real_execv)(const char *, char *const[]);
+static int (*h_real_execvp)(const char *, char *const[]);
+static int (*h_real_execvpe)(const char *, char *const[], char *const[]);
+static int (*h_real_fexecve)(int, char *const[], char *const[]);
 
 typedef struct h_start { void *(*fn)(void *); void *arg; } h_start;
 
@@ -313,15 +324,70 @@ static int h_dlclose(void *handle)
 }
 
 /* ------------------------------------------------------------------------- */
+/* exec: the image ends without exit().                                      */
+
+/* What this image recorded, written before it is replaced.  Not in a vfork()ed child (subprocess's
+   usual way): it shares our memory and runs no fork handlers, so its getpid() is not g_pid, and
+   writing our buffers from it would race with our threads.  Not in a fork()ed child that has opened
+   no file: it recorded nothing, and between fork and exec only async-signal-safe calls are allowed.
+   A fork()ed child that recorded (a worker that execs) has its file open and is written like us. */
+static void h_before_exec(void)
+{
+    if ((uint32_t)syscall(SYS_getpid) != g_pid) return;
+    if (g_forked && atomic_load(&g_fd) < 0) return;
+    flush_all();
+    sampler_drain();
+}
+
+/* If exec fails (execvp tries each folder of PATH), the program goes on: nothing was ended or closed,
+   only written early. */
+static int h_execve(const char *path, char *const argv[], char *const envp[])
+{
+    h_before_exec();
+    return h_real_execve(path, argv, envp);
+}
+
+static int h_execv(const char *path, char *const argv[])
+{
+    h_before_exec();
+    return h_real_execv(path, argv);
+}
+
+static int h_execvp(const char *file, char *const argv[])
+{
+    h_before_exec();
+    return h_real_execvp(file, argv);
+}
+
+static int h_execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    h_before_exec();
+    return h_real_execvpe(file, argv, envp);
+}
+
+static int h_fexecve(int fd, char *const argv[], char *const envp[])
+{
+    h_before_exec();
+    return h_real_fexecve(fd, argv, envp);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Patching GOT slots.                                                       */
 
+/* The exec hooks first: without sampling they are the only ones (h_install_exec_only). */
 static const struct { const char *name; void *hook; } H_HOOKS[] = {
+    {"execve", (void *)h_execve},
+    {"execv", (void *)h_execv},
+    {"execvp", (void *)h_execvp},
+    {"execvpe", (void *)h_execvpe},
+    {"fexecve", (void *)h_fexecve},
     {"pthread_create", (void *)h_pthread_create},
     {"sigaction", (void *)h_sigaction},
     {"signal", (void *)h_signal},
     {"dlclose", (void *)h_dlclose},
 };
-#define H_NHOOKS (sizeof H_HOOKS / sizeof H_HOOKS[0])
+#define H_EXEC_HOOKS 5
+static size_t h_nhooks = sizeof H_HOOKS / sizeof H_HOOKS[0]; /* the hooks in use: all, or the exec ones */
 
 /* Objects already looked at: their dynamic section, a hash of their name and one slot patched (0: none
    to patch), so that a library loaded where an unloaded one was is looked at again. */
@@ -357,7 +423,7 @@ static uintptr_t h_patch_relocs(const ElfW(Rela) *rel, size_t count, const ElfW(
         const ElfW(Sym) *s = &symtab[sym];
         if (s->st_shndx != SHN_UNDEF || s->st_name >= strsz) continue; /* its own definition: not ours to take */
         const char *name = strtab + s->st_name;
-        for (size_t h = 0; h < H_NHOOKS; h++) {
+        for (size_t h = 0; h < h_nhooks; h++) {
             if (strcmp(name, H_HOOKS[h].name) != 0) continue;
             uintptr_t slot = base + rel[i].r_offset;
             if (h_write_slot(slot, H_HOOKS[h].hook, relro_lo, relro_hi) && !first) first = slot;
@@ -386,7 +452,7 @@ static int h_known(const ElfW(Dyn) *dyn, uint64_t name_hash)
         if (p->dynamic != (uintptr_t)dyn || p->name_hash != name_hash) continue;
         /* the same object, unless it was unloaded and another loaded there: its slot tells */
         int hooked = 0;
-        for (size_t h = 0; h < H_NHOOKS && p->slot; h++) hooked |= *(void **)p->slot == H_HOOKS[h].hook;
+        for (size_t h = 0; h < h_nhooks && p->slot; h++) hooked |= *(void **)p->slot == H_HOOKS[h].hook;
         if (!p->slot || hooked) return 1;
         p->dynamic = 0;
     }
@@ -494,6 +560,29 @@ static void h_patch_all(void)
 static void h_fork_prepare(void) { pthread_mutex_lock(&h_patch_mutex); }
 static void h_fork_parent(void) { pthread_mutex_unlock(&h_patch_mutex); }
 
+static int h_real_exec_found(void)
+{
+    *(void **)&h_real_execve = dlsym(RTLD_DEFAULT, "execve");
+    *(void **)&h_real_execv = dlsym(RTLD_DEFAULT, "execv");
+    *(void **)&h_real_execvp = dlsym(RTLD_DEFAULT, "execvp");
+    *(void **)&h_real_execvpe = dlsym(RTLD_DEFAULT, "execvpe");
+    *(void **)&h_real_fexecve = dlsym(RTLD_DEFAULT, "fexecve");
+    return h_real_execve && h_real_execv && h_real_execvp && h_real_execvpe && h_real_fexecve;
+}
+
+/* No sampling (AUTOITT_SAMPLE_HZ=0): the exec hooks alone, so that an exec still keeps what was recorded.
+   Once, at the first ITT call: objects loaded later are not patched (there is no scanner to find them). */
+static void h_install_exec_only(void)
+{
+    *(void **)&h_real_dlclose = dlsym(RTLD_DEFAULT, "dlclose"); /* h_patch_all unpins what it pinned */
+    if (!h_real_dlclose || !h_real_exec_found()) return;
+    Dl_info info;
+    struct link_map *self = NULL;
+    if (dladdr1((void *)h_install_exec_only, &info, (void **)&self, RTLD_DL_LINKMAP) && self) h_self_base = self->l_addr;
+    h_nhooks = H_EXEC_HOOKS;
+    h_patch_all();
+}
+
 /* Sampling starts (sampler_start, s_mutex held): the real functions, the calling thread made ready,
  * every object patched.  0: the hooks cannot be set up (nothing is sampled then). */
 static int h_install(void)
@@ -502,7 +591,8 @@ static int h_install(void)
     *(void **)&h_real_sigaction = dlsym(RTLD_DEFAULT, "sigaction");
     *(void **)&h_real_signal = dlsym(RTLD_DEFAULT, "signal");
     *(void **)&h_real_dlclose = dlsym(RTLD_DEFAULT, "dlclose");
-    if (!h_real_pthread_create || !h_real_sigaction || !h_real_signal || !h_real_dlclose) return 0;
+    if (!h_real_pthread_create || !h_real_sigaction || !h_real_signal || !h_real_dlclose || !h_real_exec_found())
+        return 0;
     Dl_info info;
     struct link_map *self = NULL;
     if (dladdr1((void *)h_install, &info, (void **)&self, RTLD_DL_LINKMAP) && self) h_self_base = self->l_addr;

@@ -490,7 +490,7 @@ static void s_open_file_locked(void)
     if (s_fd >= 0) return;
     char path[sizeof g_dir + 40];
     mkdirs(g_dir);
-    snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, g_pid);
+    snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, g_file_id);
     s_fd = fd_out_of_the_way(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644), 0);
     if (s_fd < 0) {
         fprintf(stderr, "autoitt collector: cannot write %s: %s; no samples\n", path, strerror(errno));
@@ -505,7 +505,7 @@ static void s_open_file_locked(void)
     memcpy(h.magic, S_MAGIC, 8);
     h.version = S_VERSION;
     h.header_size = sizeof h;
-    h.pid = g_pid;
+    h.pid = g_file_id;
     h.ppid = g_ppid;
     h.flags = (g_tsc ? 1u : 0u) | (g_forked ? 2u : 0u);
     h.ticks = now_ticks();
@@ -1390,7 +1390,11 @@ static void sampler_load(void)
 static void sampler_start(void)
 {
     static atomic_flag once = ATOMIC_FLAG_INIT;
-    if (s_hz == 0 || atomic_load(&g_exiting) || atomic_flag_test_and_set(&once)) return;
+    if (atomic_load(&g_exiting) || atomic_flag_test_and_set(&once)) return;
+    if (s_hz == 0) {
+        h_install_exec_only(); /* no sampling: an exec still keeps what was recorded */
+        return;
+    }
     /* what looks symbols up (dlsym takes the loader's lock) before s_mutex: see s_scanner_main */
     *(void **)&uw_find_object = dlsym(RTLD_DEFAULT, "_dl_find_object");
     if (uw_find_object) { uw_dlfo warm; uw_find_object((void *)(uintptr_t)sampler_start, &warm); }
