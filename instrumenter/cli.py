@@ -23,6 +23,7 @@ from . import __version__
 from .diff import STYLES
 from .cli_options import (VTUNE_FLAGS, sample_rate_option, trace_limit_option, trace_steps_option, verbose_option,
                           vtune_options)
+from .console import printable
 from .options import BACKENDS, VTuneOptions
 from .tally import Tally
 
@@ -52,10 +53,27 @@ def _per_line(values: Sequence[str], metavar: str, example: str,
     return tuple(pairs)
 
 
+def _name_refused(what: str, name: str) -> Optional[str]:
+    """Why an ITT name given on the command line (a label, a domain) is refused, or ``None``: it becomes a
+    task or domain of every trace, table and plot, so it is one line of visible text; no quotes or
+    backslashes, and no control character (newline, escape, DEL, C1, U+2028, a bidirectional override:
+    see :func:`~instrumenter.console.printable`). The message shows the first such character escaped."""
+    bad = next((char for char in name if char in "\"\\" or printable(char) != char), None)
+    if bad is None:
+        return None
+    return (f"{what} cannot contain quotes, backslashes or control characters (newline, escape, ...): "
+            f"{printable(repr(bad))} in {printable(repr(name))}")
+
+
 def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: (
-        f"a label cannot contain quotes, backslashes or newlines: {name!r}" if any(c in name for c in "\"\\\n")
-        else None))
+    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: _name_refused("a label", name))
+
+
+def _parse_domain(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    why = _name_refused("a domain", value) if value is not None else None
+    if why:
+        raise click.BadParameter(why)
+    return value
 
 
 _label_option = click.option(
@@ -92,7 +110,8 @@ _role_option = click.option(
 def _mode_options(command):
     """The options that decide what is inserted, shared by instrument and profile."""
     for option in reversed([
-        click.option("--domain", metavar="NAME", help="ITT domain for the markers. Default: autoitt.<script stem>."),
+        click.option("--domain", metavar="NAME", callback=_parse_domain,
+                     help="ITT domain for the markers. Default: autoitt.<script stem>."),
         click.option("--no-torch-ops", is_flag=True,
                      help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks)."),
         click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
@@ -343,6 +362,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
             tally.input_error(f"{script} {describe(code)} (results so far are in {done.folder}/)")
         elif done.backend.incomplete(summary):
             tally.input_error(f"{done.backend.incomplete(summary)}; what did complete is in {done.folder}/")
+        _unwritten(tally, done.folder, [*done.unwritten, *summary.unwritten])
 
     _run_guarded(tally, run)
     sys.exit(ended.get("exit") or int(tally.exit_code))
@@ -370,10 +390,24 @@ def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Option
         done = load(result_dir)
         if trace_steps is not None:  # another window: the traces are read again
             done = dataclasses.replace(done, record=dataclasses.replace(done.record, trace_steps=trace_steps))
-        _show(done, as_json, recompute or trace_steps is not None, verbose)
+        summary = _show(done, as_json, recompute or trace_steps is not None, verbose)
+        # a folder the user may not write (someone else's) is still reported; a write that failed is an error
+        _unwritten(tally, done.folder, [item for item in summary.unwritten if not item.folder_not_writable])
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))
+
+
+def _unwritten(tally: Tally, folder: Path, unwritten) -> None:
+    """An input error (exit 2: the environment's to fix) naming the result files that could not be written
+    (:class:`~instrumenter.results.Unwritten`), by reason; nothing when all were."""
+    if not unwritten:
+        return
+    by_reason = {}
+    for item in unwritten:
+        by_reason.setdefault(item.reason, []).append(item.name)
+    files = "; ".join(", ".join(names) + f" ({reason})" for reason, names in by_reason.items())
+    tally.input_error(f"could not write {files} in {folder}/: the result folder is incomplete")
 
 
 def _show(done, as_json: bool, recompute: bool = True, verbose: bool = False):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -21,12 +22,12 @@ from transforms import Outcome, SourceError
 from . import files, launch
 from .backend import Backend, Job, Say
 from .builtin import BuiltinBackend
-from .files import Output
+from .files import Output, OutputError
 from .instrumentation import FILE as INSTRUMENTATION_FILE
 from .instrumentation import FileRecord, Instrumentation, digest
-from .options import ProfileOptions, vtune_launcher_problem
+from .options import ProfileOptions, find_launcher, vtune_launcher_problem
 from .project import Project, ProjectFile, load_project
-from .results import RunRecord, new_result_dir
+from .results import RUN_FILE, RunRecord, Unwritten, new_result_dir
 from .vtune import VTuneBackend, find_vtune
 
 #: The backends by the name ``run.json`` records.
@@ -56,6 +57,8 @@ class Profile:
     record: RunRecord
     instrumentation: Instrumentation
     backend: Backend
+    #: the records of the run that could not be written (run.json's end: a disk that filled during the run)
+    unwritten: Tuple[Unwritten, ...] = ()
 
     def summarize(self, recompute: bool = True):
         """The run's summary: read from what was collected, or with ``recompute`` off, the one saved
@@ -73,32 +76,61 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
     backend, why = choose_backend(options.backend)
-    if options.launcher and shutil.which(options.launcher[0]) is None:
-        raise SourceError(options.launcher[0], "--launcher: not found on PATH")
+    if options.launcher:
+        # run the program found, which may be beside autoitt's interpreter and not on PATH
+        found = find_launcher(options.launcher[0])
+        if found is None:
+            raise SourceError(options.launcher[0], "--launcher: not found on PATH or beside "
+                                                   f"{sys.executable or 'the Python running autoitt'}")
+        options = dataclasses.replace(options, launcher=(found, *options.launcher[1:]))
     problem = vtune_launcher_problem(options.launcher) if backend.name == VTuneBackend.name else None
     if problem:
         raise SourceError(options.launcher[0], f"--launcher: {problem}")
-    project = load_project(script, options.mode)
+    # The copies run under autoitt's launcher, which provides the runtime they import (see Mode.launched).
+    project = load_project(script, dataclasses.replace(options.mode, launched=True))
+    existed = options.result_dir is not None and options.result_dir.is_dir()
     folder = new_result_dir(script, options.result_dir)
     say(f"backend: {why}")
-    instrumentation, notes = prepare(project, folder)
+    copy = copy_path(script, folder)
+    try:
+        instrumentation, notes = prepare(project, folder)
+        command = launch.command(copy, script, args, folder / INSTRUMENTATION_FILE)
+        record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
+                           command=command, notes=notes, trace_steps=options.trace_steps,
+                           first_step=options.mode.skip_steps + 1)
+        record.save(folder)  # before the run, so a run that never ends can still be reported
+    except (OSError, OutputError) as exc:
+        # A full disk (or quota) before the run: nothing half written stays behind the error.
+        _clear(folder, keep=existed)
+        reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+        raise OutputError(folder, f"cannot write the result folder ({reason}); the script was not run, and "
+                                  "nothing was kept there") from None
     for note in notes:
         say(note)
-    copy = copy_path(script, folder)
-    command = launch.command(copy, script, args, folder / INSTRUMENTATION_FILE)
-    record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
-                       command=command, notes=notes, trace_steps=options.trace_steps,
-                       first_step=options.mode.skip_steps + 1)
-    record.save(folder)  # before the run, so a run that never ends can still be reported
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
     record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at, finished.machine)
+    unwritten: Tuple[Unwritten, ...] = ()
     try:
         record.save(folder)
     except OSError as exc:
         # A full disk (or quota) after the run: what the run recorded is still worth summarizing.
-        say(f"warning: could not record how the run ended in {folder / 'run.json'}: {exc.strerror}; "
-            "`autoitt report` will show it as still running")
-    return Profile(folder, record, instrumentation, backend)
+        say(f"warning: could not record how the run ended in {folder / RUN_FILE}: {exc.strerror}; "
+            "`autoitt report` will not know its exit code or elapsed time")
+        unwritten = (Unwritten(RUN_FILE, exc.strerror or str(exc), exc.errno),)
+    return Profile(folder, record, instrumentation, backend, unwritten)
+
+
+def _clear(folder: Path, keep: bool) -> None:
+    """Take back what a profile wrote into its result folder: the folder itself, or with ``keep`` (the user's
+    empty folder, given with -r) what is in it."""
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for item in folder.iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
 
 
 def load(folder: Path) -> Profile:

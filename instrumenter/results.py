@@ -12,6 +12,7 @@ backend writes: ``itt/``, ``trace.json``, ``summary.json`` and ``steps.svg``
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
 from dataclasses import asdict, dataclass, field
@@ -66,9 +67,30 @@ class RunRecord:
         return read_record(folder, RUN_FILE, lambda data: cls(**{k: v for k, v in data.items() if k in known}))
 
 
-def save_outputs(folder: Path, outputs: Dict[str, Union[str, Callable[[IO[str]], None]]]) -> List[str]:
-    """Write each output file of a summary (atomically): its text, or a function writing it into a text
-    file (a large one, written as it is made); what could not be written, as warnings.
+#: Why a file could not be written that means the folder is not the user's to write (someone else's, a
+#: read-only mount), not that writing failed (a full disk, a quota, an I/O error).
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """An output file of a summary that could not be written (:func:`save_outputs`)."""
+
+    name: str
+    #: the system's reason (``No space left on device``)
+    reason: str
+    errno: Optional[int] = None
+
+    @property
+    def folder_not_writable(self) -> bool:
+        """The folder is not the user's to write, rather than a write that failed."""
+        return self.errno in NOT_WRITABLE
+
+
+def save_outputs(folder: Path, outputs: Dict[str, Union[str, Callable[[IO[str]], None]]]) -> List[Unwritten]:
+    """Write each output file of a summary (atomically: a file that fails leaves nothing, not even part of
+    itself): its text, or a function writing it into a text file (a large one, written as it is made); what
+    could not be written (:func:`unwritten_warnings` says it).
 
     A result folder the user cannot write (someone else's, read-only) is still
     summarized: only its files are not refreshed.
@@ -85,8 +107,13 @@ def save_outputs(folder: Path, outputs: Dict[str, Union[str, Callable[[IO[str]],
                 text.flush()
                 text.detach()
         except OSError as exc:
-            problems.append(f"could not write {folder / name}: {exc.strerror or exc}")
+            problems.append(Unwritten(name, exc.strerror or str(exc), exc.errno))
     return problems
+
+
+def unwritten_warnings(folder: Path, unwritten: List[Unwritten]) -> List[str]:
+    """The summary's warning for each file :func:`save_outputs` could not write."""
+    return [f"could not write {folder / item.name}: {item.reason}" for item in unwritten]
 
 
 def read_record(folder: Path, name: str, build: Callable[[dict], T]) -> T:

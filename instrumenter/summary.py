@@ -71,6 +71,10 @@ class StepStats:
     #: the loop's time per iteration over those steps, as the user lives it: each step and the wait before it
     #: (the loop's own time since the previous step ended, less evaluations run there): the phases' sum
     iteration_s: float = 0.0
+    #: where the trace of a process that ran these steps was cut short (a full disk, a process killed while
+    #: writing), the steps known to have run: those recorded, finished or not (``count`` is the finished
+    #: ones), so at least this many ran, maybe more after the cut; 0: the trace was read to its end
+    ran_at_least: int = 0
     #: the steps the phases are over, per (pid, tid): (starts, ends) in CLOCK_MONOTONIC ns, for the samples'
     #: share of them; never saved (the reading that made the phases hands them on)
     measured_spans: Dict = field(repr=False, compare=False, default_factory=dict)
@@ -119,7 +123,8 @@ class Straggler:
 
 @dataclass
 class Summary:
-    elapsed_s: float
+    #: the run's wall time; None when its end was not recorded (autoitt was killed: run.json says it never ended)
+    elapsed_s: Optional[float]
     collected_s: float
     processes: int
     threads: int
@@ -166,14 +171,18 @@ class Summary:
     counters: Dict[str, Dict[str, float]] = field(default_factory=dict)
     #: why hardware counters were not read, and other notes of the collector on counting
     counter_notes: List[str] = field(default_factory=list)
+    #: the output files of this reading that could not be written (:class:`instrumenter.results.Unwritten`: a
+    #: full disk, a read-only folder); never saved: a summary saved was written
+    unwritten: List[Any] = field(default_factory=list, repr=False, compare=False)
 
     def to_json(self) -> dict:
         """Statistics only, so it stays small however long the run (step durations are left out)."""
         def bare(steps: List[StepStats]) -> List[StepStats]:
             return [replace(step, durations_s=(), measured_spans={}) for step in steps]
 
-        data = asdict(replace(self, steps=bare(self.steps),
+        data = asdict(replace(self, steps=bare(self.steps), unwritten=[],
                               ranks=[replace(rank, steps=bare(rank.steps)) for rank in self.ranks]))
+        del data["unwritten"]
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
             del step["durations_s"], step["measured_spans"]
         return data

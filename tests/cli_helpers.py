@@ -45,3 +45,13 @@ def snapshot(root: Path) -> Snapshot:
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def default_signals() -> None:
+    """``preexec_fn`` for a process a test sends signals to: the signals it relies on do what they do by
+    default, whatever the test run inherited (``nohup`` ignores SIGHUP, a shell's ``&`` SIGINT and SIGQUIT;
+    ignored stays ignored across exec)."""
+    import signal
+
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)

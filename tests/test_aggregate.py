@@ -144,3 +144,38 @@ def test_names_written_after_the_records_that_use_them_still_name_them(tmp_path)
     found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep(limit=0))
     assert found.groups == [(DOMAIN, "step")] and len(found.kept) == 1
     assert not found.warnings
+
+
+STEPS = [("begin", 10, DOMAIN, "step"), ("end", 20, DOMAIN, None), ("begin", 30, DOMAIN, "step"),
+         ("end", 40, DOMAIN, None)]
+#: gloo's allreduce, begun and still running when the process exited
+OPEN_COLLECTIVE = [("begin", 45, "PyTorch", "gloo:all_reduce")]
+
+
+def test_a_collective_still_running_on_a_framework_thread_at_exit_is_not_a_task_that_never_ended(tmp_path):
+    from instrumenter.builtin.taskstats import summarize
+
+    write_events(tmp_path / "itt-100.bin", {100: STEPS, 101: OPEN_COLLECTIVE})
+    found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep())
+    assert found.unfinished == 0
+    assert not any("never ended" in w for w in summarize(found, 1.0, ["step"], [DOMAIN]).warnings)
+    # still paired and counted, ending at its thread's last event
+    assert int(found.count[found.groups.index(("PyTorch", "gloo:all_reduce"))]) == 1
+
+
+def test_a_task_open_at_exit_on_the_main_thread_never_ended(tmp_path):
+    from instrumenter.builtin.taskstats import summarize
+
+    # the main thread's own step left open, and a collective it began itself
+    write_events(tmp_path / "itt-100.bin", {100: [*STEPS, *OPEN_COLLECTIVE, ("begin", 50, DOMAIN, "step")]})
+    found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep())
+    assert found.unfinished == 2
+    assert "2 task(s) never ended" in " ".join(summarize(found, 1.0, ["step"], [DOMAIN]).warnings)
+
+
+def test_a_thread_that_ran_an_own_task_is_the_programs(tmp_path):
+    write_events(tmp_path / "itt-100.bin", {
+        100: [("begin", 10, DOMAIN, "step"), ("end", 20, DOMAIN, None)],
+        7: [("begin", 12, DOMAIN, "worker_step"), ("begin", 13, "PyTorch", "aten::mm")],
+    })
+    assert aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep()).unfinished == 2

@@ -22,6 +22,7 @@ import pytest
 from instrumenter.collector import environment, library_path
 from instrumenter.builtin.events import Event, read_trace_dir, read_trace_file
 from instrumenter.builtin.tracefile import ProcessTrace, TraceFormatError
+from tests.cli_helpers import default_signals
 
 ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")
 
@@ -44,7 +45,8 @@ def run_target(tmp_path: Path, code: str, start_paused: bool = False, expect_rc:
     script.write_text(textwrap.dedent(code))
     traces = tmp_path / "traces"
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=target_env(traces, start_paused, **extra),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                          preexec_fn=default_signals)
     assert done.returncode == expect_rc, done.stderr
     return done, traces
 
@@ -319,7 +321,7 @@ def test_sigint_keeps_what_was_recorded(tmp_path):
             itt.task_begin(d, "tick"); itt.task_end(d)
     """))
     traces = tmp_path / "traces"
-    target = subprocess.Popen([sys.executable, str(script)], env=target_env(traces),
+    target = subprocess.Popen([sys.executable, str(script)], env=target_env(traces), preexec_fn=default_signals,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert target.stdout.readline() == "ready\n"
     target.send_signal(signal.SIGINT)
@@ -451,19 +453,50 @@ def test_tensorflow_onednn_tasks(tmp_path):
 # --------------------------------------------------------------------------- losing data
 
 
-def test_a_full_disk_is_said_on_stderr_with_what_was_lost(tmp_path):
-    """The trace file is /dev/full (a symlink the collector follows): every write fails with ENOSPC."""
+def test_a_file_of_the_same_pid_is_never_written_over(tmp_path):
+    """A process given a pid whose file is already in the folder (the program it exec'd, a pid reused in a long
+    run) writes its own under pid + 2**22; the one before stays as it was."""
+    script = tmp_path / "target.py"
+    script.write_text("import ittapi.compat as itt\nd = itt.domain_create('x')\n"
+                      "for i in range(3):\n    itt.task_begin(d, 'step')\n    itt.task_end(d)\n")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    done = subprocess.run(["bash", "-c", f'echo earlier > {traces}/itt-$$.bin && echo $$ && exec "$0" "$1"',
+                           sys.executable, str(script)], env=target_env(traces), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[0])
+    assert (traces / f"itt-{pid}.bin").read_text() == "earlier\n"
+    trace = only_trace(traces)
+    assert trace.pid == pid + 2 ** 22 and trace.path.name == f"itt-{pid + 2 ** 22}.bin"
+    assert [name for kind, _, name in tasks(trace) if kind == "begin"] == ["step"] * 3
+
+
+def _file_size_limit(size: int):
+    """A preexec_fn: files this process writes stop at ``size`` bytes, and a write past it fails (EFBIG) instead
+    of killing the process (SIGXFSZ ignored), as a full disk's writes fail (ENOSPC)."""
+    import resource
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+def test_a_write_that_fails_is_said_on_stderr_with_what_was_lost(tmp_path):
+    """The trace file cannot grow past its header: every write of records fails."""
     script = tmp_path / "target.py"
     script.write_text("import ittapi.compat as itt\nd = itt.domain_create('x')\n"
                       "for i in range(1000):\n    itt.task_begin(d, 'step')\n    itt.task_end(d)\n")
     traces = tmp_path / "traces"
     traces.mkdir()
-    env = target_env(traces)
-    done = subprocess.run(["bash", "-c", f'ln -s /dev/full {traces}/itt-$$.bin && exec "$0" "$1"', sys.executable,
-                           str(script)], env=env, capture_output=True, text=True, timeout=60)
+    env = {**target_env(traces), "AUTOITT_SAMPLE_HZ": "0"}
+    done = subprocess.run([sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60,
+                          preexec_fn=_file_size_limit(4096))
     assert done.returncode == 0, done.stderr
     assert "autoitt collector: up to 2000 records of process" in done.stderr
-    assert "(No space left on device): its trace ends early" in done.stderr
+    assert "(File too large): its trace ends early" in done.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGSEGV])

@@ -210,6 +210,70 @@ def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
     assert {"rank 0", "rank 1"} <= names
 
 
+#: Two gloo ranks of DDP on a tiny model (the process group torn down before exit: see the torchrun test above).
+DDP_TRAINER = textwrap.dedent(
+    """\
+    import sys
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(3):
+        loss = model(torch.ones(4)).sum()
+        loss.backward()
+        optimizer.step()
+    print("rank", dist.get_rank(), "done", sys.executable, sys.argv[1:])
+    del optimizer, model
+    dist.barrier()
+    dist.destroy_process_group()
+    """)
+
+#: PATH without the folder of the interpreter running the tests (and autoitt): its launchers are found there only.
+PATH_WITHOUT_BIN = os.pathsep.join(folder for folder in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                                   if folder and os.path.abspath(folder) != os.path.dirname(sys.executable))
+
+
+def _ddp_ranks_through(folder, launcher, *args):
+    """(summary, finished) of DDP_TRAINER profiled through ``launcher``, a bare name found beside the interpreter."""
+    (folder / "train.py").write_text(DDP_TRAINER)
+    for attempt in range(2):
+        shutil.rmtree(folder / "out", ignore_errors=True)
+        done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", launcher, "train.py",
+                       *args, cwd=folder, env={"PATH": PATH_WITHOUT_BIN})
+        # one more run only for the gloo abort at exit (pytorch#179291), as in the torchrun test
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert [(rank["rank"], [(s["label"], s["count"]) for s in rank["steps"]]) for rank in summary["ranks"]] == [
+        (0, [("step", 3)]), (1, [("step", 3)])]
+    assert _process_names(folder / "out") >= {"rank 0", "rank 1"}
+    return summary, done
+
+
+@pytest.mark.skipif(shutil.which("accelerate", path=os.path.dirname(sys.executable)) is None, reason="no accelerate")
+def test_accelerate_launch_ranks_with_a_launcher_found_beside_the_interpreter(tmp_path):
+    """``accelerate launch`` is handed autoitt's interpreter with --no_python (given the launcher script, it ran
+    ``python python ...``). ``--multi_gpu --num_processes 2`` starts two ranks through torch.distributed.run, on CPUs
+    too; ``--cpu --num_processes 2`` starts one process (accelerate runs several CPU ranks only through mpirun).
+    ``accelerate`` is not on PATH: it is found beside the interpreter running autoitt."""
+    assert shutil.which("accelerate", path=PATH_WITHOUT_BIN) is None
+    _, done = _ddp_ranks_through(tmp_path, "accelerate launch --multi_gpu --num_processes 2 --num_machines 1 "
+                                           "--mixed_precision no --dynamo_backend no", "--epochs", "1")
+    assert done.stderr.count(f"done {sys.executable} ['--epochs', '1']") == 2
+
+
+@pytest.mark.skipif(shutil.which("deepspeed", path=os.path.dirname(sys.executable)) is None, reason="no deepspeed")
+def test_deepspeed_ranks_and_the_local_rank_it_gives_the_script(tmp_path):
+    """The DeepSpeed launcher on CPUs (--num_gpus 2: two ranks, gloo); the script still gets ``--local_rank=N``
+    ahead of its arguments, as deepspeed gives it, though deepspeed runs autoitt's launcher script."""
+    _, done = _ddp_ranks_through(tmp_path, "deepspeed --num_gpus 2", "--epochs", "1")
+    for rank in (0, 1):
+        assert f"done {sys.executable} ['--local_rank={rank}', '--epochs', '1']" in done.stderr
+
+
 def test_children_inherit_autoitts_site_folder_and_a_clean_child_runs_as_it_is(tmp_path):
     """The script's environment names the site folder that makes its multiprocessing children run copies
     (and the run's instrumentation.json); a child started with a clean environment (python -I) simply
@@ -349,7 +413,12 @@ def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
     assert "batches done" in stderr
     seen = {name.split("-", 1)[1] for name in os.listdir(tmp_path / "seen")}
     assert seen == {"main-copy-module-copy"}
-    assert len({name.split("-")[0] for name in os.listdir(tmp_path / "seen")}) == 2  # both workers
+    workers = {int(name.split("-")[0]) for name in os.listdir(tmp_path / "seen")}
+    assert len(workers) == 2  # both workers
+    # sampled from their start, as a forked worker is: a spawned one makes no ITT call that would load the collector
+    from instrumenter.builtin.samplefile import read_sample_dir
+
+    assert workers <= {samples.pid for samples in read_sample_dir(tmp_path / "out" / "itt")}
 
 
 def test_a_child_of_another_script_runs_that_scripts_own_modules(tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from xml.etree import ElementTree
 
 import pytest
 
@@ -47,6 +49,68 @@ def test_odd_file_names_are_profiled(work, name):
     assert json.loads(done.stdout)["steps"][0]["count"] == 2
     copy = next((work / "out").glob("*_itt.py")).read_bytes()
     assert copy.count(b"\n# autoitt: instrumented copy of ") == 1  # one comment line, whatever the name
+
+
+@pytest.mark.parametrize("option, value", [("--label", "6=a\x1bb"), ("--domain", "a\x1bb")], ids=["label", "domain"])
+def test_a_control_character_in_a_label_or_domain_is_refused_before_anything_runs(work, option, value):
+    (work / "train.py").write_text(STEP_LOOP)
+    before = snapshot(work)
+    result = invoke("profile", "--backend", "builtin", option, value, "train.py")
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.stderr and "'\\x1b' in 'a\\x1bb'" in result.stderr
+    assert snapshot(work) == before
+
+
+#: A script whose own ITT calls name a domain and a task with control characters, markup and an emoji code,
+#: in a file named so too: names a run's trace holds that no command-line check saw.
+ODD_NAMES = """\
+import ittapi.compat as itt
+
+
+class Loss:
+    def backward(self):
+        pass
+
+
+domain = itt.domain_create("mine\\x1b[2J")
+for epoch in range(2):
+    itt.task_begin(domain, "ep\\x1b[31m\\n[bold]:100:\\u202e")
+    for step in range(3):
+        Loss().backward()
+    itt.task_end(domain)
+"""
+ODD_FILE = "odd [bold] :100: \x1b[31m.py"
+ODD_TASK = "ep\x1b[31m\n[bold]:100:\u202e"
+
+
+@pytest.fixture(scope="module")
+def odd_run(tmp_path_factory):
+    """(result folder, finished process) of ``autoitt profile --verbose`` on :data:`ODD_NAMES`."""
+    work = tmp_path_factory.mktemp("odd")
+    (work / ODD_FILE).write_text(ODD_NAMES)
+    done = autoitt("profile", "--backend", "builtin", "--verbose", "-r", "out", ODD_FILE, cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return work / "out", done
+
+
+def test_names_from_a_run_are_printed_as_written_with_control_characters_escaped(odd_run):
+    _, done = odd_run
+    for printed in (done.stdout, done.stderr):
+        assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u202e]", printed)
+        assert "\N{HUNDRED POINTS SYMBOL}" not in printed
+    assert "autoitt profile of odd [bold] :100: \\x1b[31m.py, builtin backend" in done.stdout
+    assert "Top tasks, domain mine\\x1b[2J" in done.stdout
+    assert " ep\\x1b[31m\\n[bold]:100:\\u202e " in done.stdout  # a row of that domain's table
+
+
+def test_the_files_of_a_run_with_odd_names_are_well_formed_and_keep_the_names(odd_run):
+    folder, _ = odd_run
+    title = ElementTree.parse(folder / "steps.svg").getroot().find("{http://www.w3.org/2000/svg}text")
+    assert title.text == "Step time, odd [bold] :100: \\x1b[31m.py"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert ("mine\x1b[2J", ODD_TASK) in {(task["domain"], task["name"]) for task in summary["tasks"]}
+    trace = json.loads((folder / "trace.json").read_text())
+    assert ODD_TASK in {event.get("name") for event in trace["traceEvents"]}
 
 
 HAND_MADE = """\
@@ -125,8 +189,9 @@ def test_a_script_instrumented_by_hand_gets_autoitt_steps_inside_its_own_tasks(w
     assert f"epoch loop left to the script's own markers: it holds itt.task_begin() at line {line}" in notes
 
 
-def test_a_disk_that_fills_during_the_run_still_gets_its_summary(work, monkeypatch):
-    """Simulated ENOSPC on the post-run write of run.json: the run's records are summarized."""
+def test_a_disk_that_fills_during_the_run_still_gets_its_summary_and_exits_2(work, monkeypatch):
+    """Simulated ENOSPC on the post-run write of run.json: the run's records are summarized, and the exit code
+    says the result folder is incomplete."""
     import errno
 
     from instrumenter.results import RunRecord
@@ -143,9 +208,10 @@ def test_a_disk_that_fills_during_the_run_still_gets_its_summary(work, monkeypat
     monkeypatch.setattr(RunRecord, "save", save)
     (work / "train.py").write_text(STEP_LOOP)
     result = invoke("profile", "--backend", "builtin", "-r", "out", "train.py")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     assert json.loads((work / "out" / "summary.json").read_text())["steps"][0]["count"] == 2
     assert "could not record how the run ended" in result.stderr and "No space left on device" in result.stderr
+    assert "error: could not write run.json (No space left on device) in out/" in result.stderr
 
 
 def test_a_launcher_not_on_path_is_an_input_error_that_leaves_nothing(work):

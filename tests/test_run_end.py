@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 
+from tests.cli_helpers import default_signals
 from tests.test_profile import autoitt
 
 #: Trains until stopped; says so in a file after its third step.
@@ -40,6 +41,7 @@ def _start(folder: Path, script: str = ENDLESS) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
     process = subprocess.Popen([sys.executable, "-m", "instrumenter", "profile", "--json", "--backend", "builtin",
                                 "-r", "out", "train.py"], cwd=folder, env=environment, start_new_session=True,
+                               preexec_fn=default_signals,  # as a terminal starts it, not as the test run was
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (folder / "started").exists():
@@ -95,6 +97,22 @@ def test_a_killed_autoitt_leaves_no_training_process_behind(tmp_path):
     while _script_pids(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _script_pids(tmp_path)
+
+
+def test_the_report_of_a_run_whose_autoitt_was_killed_says_its_elapsed_time_is_unknown(tmp_path):
+    process = _start(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)  # run.json keeps what it said when the run started
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while _script_pids(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shown = autoitt("report", str(tmp_path / "out"))
+    assert shown.returncode == 0, shown.stderr
+    assert "elapsed unknown" in shown.stdout and "elapsed 0.0" not in shown.stdout
+    summary = json.loads(autoitt("report", "--json", str(tmp_path / "out")).stdout)
+    assert summary["elapsed_s"] is None
+    assert summary["steps"][0]["count"] >= 3  # what the script recorded before it was stopped
+    assert any("end was not recorded" in warning for warning in summary["warnings"])
 
 
 def test_a_crash_exits_139_and_keeps_the_steps_completed_before_it(tmp_path):

@@ -23,7 +23,7 @@ from ..machine import Usage, during
 from ..console import readable
 from ..options import under_launcher
 from ..instrumentation import Instrumentation
-from ..results import RunRecord, autoitt_fault
+from ..results import RUN_FILE, RunRecord, autoitt_fault
 from ..summary import Summary
 
 #: The collector's per-process files, inside the result folder.
@@ -49,7 +49,9 @@ class BuiltinBackend(Backend):
         started, started_at = time.perf_counter(), time.time()
         before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
-        command = list(under_launcher(job.options.launcher, job.command))
+        # the script's own arguments follow COPY and SCRIPT in the launcher's command (deepspeed's --local_rank)
+        args_at = job.command.index(str(job.copy)) + 2
+        command = list(under_launcher(job.options.launcher, job.command, args_at=args_at))
         process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
         exit_code = target.wait(process)
         elapsed = time.perf_counter() - started
@@ -59,13 +61,13 @@ class BuiltinBackend(Backend):
         """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
         trace.json, summary.json, steps.svg and hotspots.folded (when samples were taken) where the folder can be
         written: a read-only result folder is still summarized."""
-        from ..results import save_outputs
+        from ..results import save_outputs, unwritten_warnings
         from . import chrome_trace
         from .aggregate import aggregate
         from .plot import step_time_svg
         from .step_marks import step_marks
         from .ranks import rank_stats, stragglers
-        from .taskstats import run_split, summarize
+        from .taskstats import cut_steps, run_split, summarize
         from .counters import counter_notes, task_counters
         from .samplefile import read_sample_dir
         from .sampling import summarize_samples
@@ -80,7 +82,14 @@ class BuiltinBackend(Backend):
         steps = StepWindow.parse(record.trace_steps)
         labels, domains = instrumentation.step_labels, instrumentation.domains
         found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
-        summary = summarize(found, record.elapsed_s, labels, domains, first_step=record.first_step)
+        # a run whose end was never recorded (autoitt was killed while it ran) has no elapsed time: not 0
+        ended = record.elapsed_s > 0 or record.exit_code is not None
+        summary = summarize(found, record.elapsed_s if ended else None, labels, domains, first_step=record.first_step)
+        summary.steps = cut_steps(summary.steps, found.kept, found.groups, domains,
+                                  [trace.pid for trace in traces if trace.cut])
+        if not ended:
+            summary.warnings.append(f"the run's end was not recorded in {RUN_FILE} (autoitt was stopped before the "
+                                    "run ended, or could not write it): its elapsed time and exit code are unknown")
         summary.run_split = run_split(traces, found.windows, record)
         summary.machine = record.machine
         summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
@@ -96,7 +105,8 @@ class BuiltinBackend(Backend):
         sampled = summarize_samples(read_sample_dir(trace_dir) if trace_dir.is_dir() else [],
                                     {trace.pid: (trace.domains, trace.strings) for trace in traces},
                                     instrumentation, domains,
-                                    {step.label: step.measured_spans for step in summary.steps if step.measured_spans})
+                                    {step.label: step.measured_spans for step in summary.steps if step.measured_spans},
+                                    found.windows)
         outputs = {}
         if sampled is not None:
             # without operator tasks, the samples tell the step's Python from the framework's time (compute);
@@ -110,14 +120,15 @@ class BuiltinBackend(Backend):
             summary.hotspot_lines_outside = sampled.outside_lines
             outputs[FOLDED_FILE] = "".join(line + "\n" for line in sampled.folded)
         script_name = readable(Path(record.script).name)
-        summary.warnings.extend(save_outputs(folder, {
+        summary.unwritten = save_outputs(folder, {
             **outputs,
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,
                                                          summary.trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
             "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}", step_marks(
                 found.kept, found.groups, labels, domains, instrumentation.regions, partial=found.limited)),
-        }))
+        })
+        summary.warnings.extend(unwritten_warnings(folder, summary.unwritten))
         return summary
 
     def saved(self, folder: Path) -> Optional[Summary]:

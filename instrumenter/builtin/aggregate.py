@@ -71,6 +71,8 @@ class Aggregates:
     window_steps: int
     #: the time threads spent inside tasks, summed over threads: the sum of outermost instances
     thread_time_ns: int
+    #: tasks still open at their thread's end, on the program's own threads: each process's main thread and
+    #: those that ran a task of the own domains (a framework's thread, gloo's running a collective, is not)
     unfinished: int
     processes: int
     events: int
@@ -127,7 +129,9 @@ class _Process:
         self.last_ts: Dict[int, int] = {}
         self.kept: Dict[int, List[Intervals]] = {}  # per thread, in the order they began (unfinished last)
         self.thread_time_ns = 0
-        self.unfinished = 0
+        self.unfinished = 0  # on the program's own threads (set by finish)
+        self.open_at_end: Dict[int, int] = {}  # per thread, its tasks still open at its end
+        self.own_threads: Set[int] = {trace.pid}  # the main thread, and every thread with an own task
         self.counted_events = 0  # past the trace limit: the begins and ends the collector counted
         self.max_ts = trace.start_ns
 
@@ -198,10 +202,12 @@ class _Process:
         ids[begin] = self._local_ids(records["a"][begin], records["b"][begin])
         self.last_ts[tid] = int(records["ts"][-1])
         self.max_ts = max(self.max_ts, self.last_ts[tid])
+        if tid not in self.own_threads and np.array(self.own, np.bool_)[ids[begin]].any():
+            self.own_threads.add(tid)
         thread = self._thread(tid)
         rows, thread_time, unfinished = pairing.pair(thread, records, ids, self._counts())
         self.thread_time_ns += thread_time
-        self.unfinished += unfinished
+        self._open_at_end(tid, unfinished)
         self._keep(tid, rows)
 
     def finish(self) -> None:
@@ -220,15 +226,24 @@ class _Process:
                 self.min_ns[number] = min(self.min_ns[number], low)
                 self.max_ns[number] = max(self.max_ns[number], high)
                 self.thread_time_ns += outer
-                self.unfinished += unfinished
+                self._open_at_end(stats.tid, unfinished)
+                if self.own[number]:
+                    self.own_threads.add(stats.tid)
                 self.counted_events += 2 * count
             if len(stats.buckets):
                 np.add.at(self.histogram[number], stats.buckets[:, 0].astype(np.int64), stats.buckets[:, 1])
         for tid, thread in self.threads.items():
             rows, thread_time = pairing.close(thread, self.last_ts.get(tid, 0), self._counts())
             self.thread_time_ns += thread_time
-            self.unfinished += len(rows[0])
+            self._open_at_end(tid, len(rows[0]))
             self._keep(tid, rows)
+        # A framework's own thread (gloo's, running a collective; an OpenMP worker) may be inside one of its
+        # operators when the process exits: that is not the program's markers left open.
+        self.unfinished = sum(n for tid, n in self.open_at_end.items() if tid in self.own_threads)
+
+    def _open_at_end(self, tid: int, count: int) -> None:
+        if count:
+            self.open_at_end[tid] = self.open_at_end.get(tid, 0) + count
 
     def _thread(self, tid: int) -> pairing.Thread:
         thread = self.threads.get(tid)

@@ -37,9 +37,9 @@ def contention_note(machine: Optional[dict], steps) -> List[str]:
             + " may be the wait for a core, not the run; profile on an idle machine to compare"]
 
 
-def split_notes(split: Optional[dict], elapsed_s: float) -> List[str]:
+def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:
     """A sentence for each large part of the run outside collection."""
-    if not split or elapsed_s <= 0:
+    if not split or not elapsed_s or elapsed_s <= 0:
         return []
     notes = []
     if split["before_s"] / elapsed_s >= LARGE_PART:

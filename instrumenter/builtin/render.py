@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from ..console import collected_line, duration, table
+from ..console import collected_line, duration, literal, table
 from ..instrumentation import Instrumentation
 from ..summary import Hotspot, StepStats, Summary, TaskStats
 from .hotspots import elide_templates
@@ -51,12 +50,14 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
     """Header, where the run went, step loops with their phases, top operators, notes, and the files."""
     own_domain = instrumentation.domain if instrumentation is not None else None
     share = collected_line(summary.elapsed_s, summary.collected_s)
-    console.print(f"[bold]autoitt profile[/bold] of {script}, builtin backend")
-    console.print(f"  elapsed {duration(summary.elapsed_s)}; collected (resume..pause) "
+    console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, builtin backend")
+    # a run whose end was not recorded (autoitt killed) has no elapsed time: never a false 0
+    elapsed = duration(summary.elapsed_s) if summary.elapsed_s is not None else "unknown (the run's end was not recorded)"
+    console.print(f"  elapsed {elapsed}; collected (resume..pause) "
                   f"{duration(summary.collected_s)}{share}; {summary.processes} process(es), "
                   f"{summary.threads} thread(s), {summary.events} events")
     split = summary.run_split
-    if split and summary.elapsed_s > 0:
+    if split and summary.elapsed_s:
         parts = (("before training", "before_s"), ("collected", "collected_s"),
                  ("between collection windows", "between_s"), ("after the last pause", "after_s"))
         console.print("  where the run went: " + ", ".join(
@@ -78,13 +79,18 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
     _render_hotspots(summary, console, verbose, instrumentation)
 
     for note in notes(summary, instrumentation) + summary.counter_notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+        console.print(f"[yellow]note:[/yellow] {literal(note)}")
     for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {literal(warning)}")
     if summary.trace_window:
-        console.print(f"[dim]{summary.trace_window}[/dim]")
-    console.print(f"Results in {result_dir}/: trace.json (open in https://ui.perfetto.dev), steps.svg, summary.json; "
-                  f"`autoitt report {result_dir}` prints this again"
+        console.print(f"[dim]{literal(summary.trace_window)}[/dim]")
+    folder = literal(result_dir)
+    # only the files there are: a full disk may have kept some from being written
+    written = [name + (" (open in https://ui.perfetto.dev)" if name == "trace.json" else "")
+               for name in ("trace.json", "steps.svg", "summary.json") if (result_dir / name).is_file()]
+    console.print((f"Results in {folder}/: {', '.join(written)}; " if written else
+                   f"No trace.json, steps.svg or summary.json in {folder}/; ")
+                  + f"`autoitt report {folder}` prints this again"
                   + ("." if verbose else ", with --verbose every task table."))
 
 
@@ -98,11 +104,11 @@ def _render_domains(summary: Summary, console: Console, own_domain: Optional[str
         if not rows:
             continue
         rows.sort(key=lambda t: -t.total_s if domain != TORCH_DOMAIN else -t.self_s)
-        title = f"Top tasks, domain {domain}" + (f" (top {_TOP} of {len(rows)} by self time)"
+        title = f"Top tasks, domain {literal(domain)}" + (f" (top {_TOP} of {len(rows)} by self time)"
                                                 if domain == TORCH_DOMAIN and len(rows) > _TOP else "")
         rows_table = table(title, ("task", "count", "total", "self", "mean", "min", "max", "total, % of thread time"))
         for task in rows[:_TOP] if domain == TORCH_DOMAIN else rows:
-            rows_table.add_row(task.name, str(task.count), duration(task.total_s), duration(task.self_s),
+            rows_table.add_row(literal(task.name), str(task.count), duration(task.total_s), duration(task.self_s),
                                duration(task.mean_s), duration(task.min_s), duration(task.max_s), f"{task.share:.1%}")
         console.print(rows_table)
 
@@ -122,24 +128,31 @@ def _render_steps(step: StepStats, console: Console) -> None:
     if step.iteration_s and waiting >= 0.05 * step.iteration_s:
         # what the user lives: the loop's pace, data wait included, with the step region beside it
         console.print(
-            f"[bold]Iteration time[/bold] ({step.label}, over {step.phase_steps} steady steps): "
+            f"[bold]Iteration time[/bold] ({literal(step.label)}, over {step.phase_steps} steady steps): "
             f"{duration(step.iteration_s)} each on average: {duration(waiting)} waiting for data "
             f"({waiting / step.iteration_s:.0%}), {duration(step.iteration_s - waiting)} the rest of the step")
+    if step.ran_at_least > step.count:  # the trace was cut: the steps it holds, of those known to have run
+        steps = (f"{step.count} of at least {step.ran_at_least} steps that ran; the trace was cut short, the "
+                 "steps after the cut are not in it")
+    elif step.ran_at_least:
+        steps = f"{step.count} steps; the trace was cut short after them, any later steps are not in it"
+    else:
+        steps = f"{step.count} steps"
     console.print(
-        f"[bold]Step time[/bold] ({step.label}, {step.count} steps): median {duration(step.median_s)}, "
+        f"[bold]Step time[/bold] ({literal(step.label)}, {steps}): median {duration(step.median_s)}, "
         f"p95 {duration(step.p95_s)}, mean {duration(step.mean_s)}; {settled}"
     )
     if not step.phases:
         return
     over = f"its {step.phase_steps} steady steps" if step.phase_steps else "every step"
-    grid = table(f"Phases of `{step.label}` over {over} (data: waiting for the batch)",
+    grid = table(f"Phases of `{literal(step.label)}` over {over} (data: waiting for the batch)",
                  ("phase", "per step", "share", "of the step loop's time"))
     grid.min_width = len(grid.title) + 2
     for name, phase in step.phases.items():
         if phase["share"] < 0.005:
             continue
         bar = "█" * round(phase["share"] * _BAR)
-        grid.add_row(name, duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
+        grid.add_row(literal(name), duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
 
@@ -147,7 +160,7 @@ def _render_steps(step: StepStats, console: Console) -> None:
 def _render_evaluations(summary: Summary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
     """One line per evaluation the rewrite marked and the run recorded: how often it ran, its time each run and
     in all, and its share of the run (an evaluation between epochs is time the steps do not show)."""
-    if instrumentation is None or summary.elapsed_s <= 0:
+    if instrumentation is None or summary.elapsed_s is not None and summary.elapsed_s <= 0:
         return
     recorded = {(task.domain, task.name): task for task in summary.tasks}
     wanted = []
@@ -165,7 +178,8 @@ def _render_evaluations(summary: Summary, console: Console, instrumentation: Opt
             continue
         shown.add((task.domain, task.name))
         of_collected = f", {task.total_s / summary.collected_s:.1%} of the collected time" if summary.collected_s else ""
-        console.print(f"[bold]Evaluation[/bold] (`{task.name}`, {task.count} run{'s' if task.count > 1 else ''}): "
+        runs = f"{task.count} run{'s' if task.count > 1 else ''}"
+        console.print(f"[bold]Evaluation[/bold] (`{literal(task.name)}`, {runs}): "
                       f"{duration(task.mean_s)} each, {duration(task.total_s)} in all{of_collected}")
 
 
@@ -183,7 +197,7 @@ def _render_counters(counted: Optional[dict], label: str, console: Console) -> N
         if "cache_misses_per_kilo_instruction" in counted:
             parts.append(f"{counted['cache_misses_per_kilo_instruction']:.1f} cache and "
                          f"{counted['branch_misses_per_kilo_instruction']:.1f} branch misses per 1000 instructions")
-    console.print(f"  counted per `{label}` (the whole process): " + ", ".join(parts))
+    console.print(f"  counted per `{literal(label)}` (the whole process): " + ", ".join(parts))
 
 
 def _render_operators(summary: Summary, console: Console, operators) -> None:
@@ -195,7 +209,7 @@ def _render_operators(summary: Summary, console: Console, operators) -> None:
                        ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
     for op in operators:
         own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
-        rows_table.add_row(op.name, str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
+        rows_table.add_row(literal(op.name), str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
                            f"{own / thread_time:.1%}" if thread_time else "")
     console.print(rows_table)
 
@@ -241,8 +255,8 @@ def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict
     for spot in lines:
         path = sources.get(spot.file or "")
         code = linecache.getline(path, spot.line).strip() if path and spot.line else ""
-        grid.add_row(escape(_where(spot)), escape(code if len(code) <= 40 else code[:39] + "…"),
-                     escape(spot.function), duration(spot.self_s), f"{spot.self_s / scope_s:.1%}" if scope_s else "",
+        grid.add_row(literal(_where(spot)), literal(code if len(code) <= 40 else code[:39] + "…"),
+                     literal(spot.function), duration(spot.self_s), f"{spot.self_s / scope_s:.1%}" if scope_s else "",
                      duration(spot.total_s))
     return grid
 
@@ -252,7 +266,7 @@ def _hotspot_table(title: str, rows: List[Hotspot], scope: str) -> Table:
     grid.columns[0].min_width = _NAME_WIDTH // 2
     grid.columns[1].justify = "left"
     for spot in rows:
-        grid.add_row(escape(short_function(spot.function)), escape(_where(spot)), duration(spot.self_s),
+        grid.add_row(literal(short_function(spot.function)), literal(_where(spot)), duration(spot.self_s),
                      duration(spot.total_s), f"{spot.share:.1%}")
     return grid
 
@@ -268,7 +282,7 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
     sources = {f.relative: f.program or f.path for f in instrumentation.files} if instrumentation is not None else {}
     if not sampling.get("samples"):
         reasons = "; ".join(sampling.get("reasons") or []) or "no sample was taken"
-        console.print(f"[yellow]note:[/yellow] no CPU-time samples: {reasons}")
+        console.print(f"[yellow]note:[/yellow] no CPU-time samples: {literal(reasons)}")
         return
     rows = summary.hotspots if verbose else summary.hotspots[:_TOP_HOTSPOTS]
     if rows:
@@ -291,8 +305,9 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
         steps = set()
     for task, spots in summary.hotspots_by_task.items():
         if spots and (verbose or task in steps):
-            console.print(_hotspot_table(f"Top functions in `{task}`", spots if verbose else spots[:_TOP_IN_TASK],
-                                         f"`{task}`'s CPU time"))
+            name = literal(task)
+            console.print(_hotspot_table(f"Top functions in `{name}`", spots if verbose else spots[:_TOP_IN_TASK],
+                                         f"`{name}`'s CPU time"))
     outside_cpu = sampling.get("outside_cpu_s") or 0
     if summary.hotspot_lines_outside:
         console.print(_lines_table(
@@ -302,10 +317,10 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
     outside = summary.hotspots_outside if verbose else summary.hotspots_outside[:3]
     if outside:
         console.print("  most CPU time of their own outside collection: " + ", ".join(
-            f"{escape(short_function(spot.function, 40))} ({escape(_where(spot))}) {duration(spot.self_s)}"
+            f"{literal(short_function(spot.function, 40))} ({literal(_where(spot))}) {duration(spot.self_s)}"
             for spot in outside))
     for reason in sampling.get("reasons") or []:
-        console.print(f"[yellow]note:[/yellow] sampling: {reason}")
+        console.print(f"[yellow]note:[/yellow] sampling: {literal(reason)}")
     lost = sampling.get("lost") or 0
     if lost > 0.01 * (sampling["samples"] + lost):
         console.print(f"[yellow]note:[/yellow] sampling: about {lost} samples ({100 * lost / (sampling['samples'] + lost):.0f}%) "
@@ -319,11 +334,11 @@ def _render_ranks(summary: Summary, console: Console) -> None:
     grid = table("Step time per rank", ("rank", "step", "count", "mean", "median", "p95", "first"))
     for rank in summary.ranks:
         for step in rank.steps:
-            grid.add_row(str(rank.rank), step.label, str(step.count), duration(step.mean_s), duration(step.median_s),
-                         duration(step.p95_s), duration(step.first_s))
+            grid.add_row(str(rank.rank), literal(step.label), str(step.count), duration(step.mean_s),
+                         duration(step.median_s), duration(step.p95_s), duration(step.first_s))
     console.print(grid)
     for late in summary.stragglers:
-        console.print(f"[bold]Stragglers[/bold] ({late.label}, {late.steps} steps of ranks "
+        console.print(f"[bold]Stragglers[/bold] ({literal(late.label)}, {late.steps} steps of ranks "
                       f"{', '.join(map(str, late.ranks))}): the slowest rank trails the fastest by "
                       f"{duration(late.spread_mean_s)} per step on average (at most {duration(late.spread_max_s)}); "
                       f"rank {late.slowest_rank} is the slowest in {late.slowest_count} of {late.steps} steps")

@@ -112,6 +112,7 @@ def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int, clock: C
             if not more:
                 break
     if damage is not None:
+        trace.cut = damage
         trace.warnings.append(f"{label}: {damage}: read {trace.event_count} events before the damage")
     trace.thread_names = {tid: name for tid, (_ts, name) in thread_names.items()}
 

@@ -123,6 +123,22 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     return result
 
 
+def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], domains: Optional[Iterable[str]],
+              cut_pids: Iterable[int]) -> List[StepStats]:
+    """``steps`` with :attr:`~instrumenter.summary.StepStats.ran_at_least` set for each loop that ran in a
+    process whose trace was cut short (``cut_pids``): its steps after the cut are not in the trace."""
+    cut = np.fromiter(cut_pids, np.int64)
+    if not len(cut):
+        return steps
+    result = []
+    for step in steps:
+        loop = np.isin(kept.group, _step_ids(groups, step.label, domains))
+        if np.isin(kept.pid[loop], cut).any():
+            step = replace(step, ran_at_least=max(step.count, int(loop.sum())))
+        result.append(step)
+    return result
+
+
 def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[Iterable[str]],
                 step_labels: Iterable[str]) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
     """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over the steps after the
@@ -153,7 +169,7 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
              for name, ns in measured.nanoseconds.items()}, measured)
 
 
-def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[str],
+def summarize(aggregates: Aggregates, elapsed_s: Optional[float], step_labels: Iterable[str],
               domains: Optional[Iterable[str]], top: int = 15, first_step: int = 1) -> Summary:
     """The summary of a run from its aggregates."""
     a = aggregates
@@ -162,7 +178,8 @@ def summarize(aggregates: Aggregates, elapsed_s: float, step_labels: Iterable[st
                        key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
     if a.unfinished:
-        warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them); they end at the last event")
+        warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them, or its trace ends there); "
+                        "they end at the last event")
     return Summary(
         elapsed_s=elapsed_s,
         collected_s=a.collected_ns / 1e9,

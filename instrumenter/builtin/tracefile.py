@@ -20,6 +20,13 @@ is unset; the directory is created if missing):
 * a forked child (``os.fork``, DataLoader workers) writes ``itt-<childpid>.bin``,
   created when the child first records something; it never writes into the
   parent's file, and it starts with the names the parent knew.
+* a file is never written over. Where the folder already holds a file of the
+  pid (``itt-`` or ``samples-``), the process's files and headers carry
+  ``pid + n * 2**22`` instead, for the first n that is free (Linux pids are
+  below 2**22): the program that a process ``exec``'d (same pid; the one
+  before it wrote what it held first, see below), or a process given the pid
+  of one that ended earlier in the run. Readers tell processes apart by this
+  number, and the pid field below holds it.
 * data reaches the file when a thread's 64 KiB buffer fills, when the thread
   ends, on ``__itt_pause``/``__itt_detach`` (every thread's buffer), and at a
   normal process exit (``exit()``, ``sys.exit``, an uncaught Python exception,
@@ -27,7 +34,10 @@ is unset; the directory is created if missing):
   through ``KeyboardInterrupt`` before it kills itself with SIGINT).  In a
   forked child a thread's buffer is also written each time its outermost task
   ends, because forked children usually end with ``os._exit`` (multiprocessing
-  workers, DataLoader workers), which flushes nothing.  A signal that ends the
+  workers, DataLoader workers), which flushes nothing.  Before an ``exec``
+  (``os.execv``, ``os.execve``: ``execve``, ``execv``, ``execvp``, ``execvpe``,
+  ``fexecve`` called from any object but libc, while sampling is on) every
+  thread's buffer is written too; tasks open then have no end in the file.  A signal that ends the
   process by default (SIGTERM, SIGHUP, SIGQUIT, SIGXCPU, and the crashes
   SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes every thread's buffer out
   first, unless the program handles that signal itself (then its own exit
@@ -49,7 +59,7 @@ offset type  field
 8      u32   format version, 2 (version 1: 48-byte header, 16-byte chunk headers,
              timestamps in ns; still read)
 12     u32   header size, 56 (a reader skips to this offset)
-16     u32   pid
+16     u32   pid (``pid + n * 2**22`` for a later file of the same pid, see Files)
 20     u32   ppid (for a forked child: the process it was forked from)
 24     u64   CLOCK_MONOTONIC at collector start (library load, or the fork), ns
 32     u64   CLOCK_REALTIME at the same moment, ns since the epoch
@@ -290,6 +300,8 @@ class ProcessTrace:
     counters: Dict[int, List[int]] = field(default_factory=dict)
     #: the collector's notes (note records)
     notes: List[str] = field(default_factory=list)
+    #: where the file is cut short or damaged (see Damage): what follows was not read; None: read to its end
+    cut: Optional[str] = None
 
     def domain_name(self, pointer: int) -> str:
         return self.domains.get(pointer) or f"<domain {pointer:#x}>"

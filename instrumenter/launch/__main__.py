@@ -28,9 +28,12 @@ With ``--instrumentation FILE`` (``instrumentation.json``, documented in
   the original: the module keeps its name, ``__file__`` and package, only its
   code is the copy's. No bytecode is cached for these modules, so a later
   plain run cannot pick up markers;
-* a copy's ``from instrumenter.collection import Collection`` (or, windowed,
-  ``from instrumenter.window import CollectionWindow``) gets autoitt's
-  runtime, even where the user's own ``instrumenter`` would shadow it.
+* the copies import autoitt's runtime from the package ``_autoitt``
+  (``from _autoitt.collection import Collection``; windowed,
+  ``from _autoitt.window import CollectionWindow``), which the launcher
+  provides: autoitt's own modules under a name no package of the user's can
+  shadow, while the user's own ``instrumenter`` (with its ``collection``) stays
+  theirs. Its modules load on the copy's import, never before.
 
 When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes the exit code to
 ``$AUTOITT_EXIT_DIR/<pid>``: a profiler that runs the script (VTune) returns
@@ -54,9 +57,9 @@ import types
 
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
 INSTRUMENTATION_OPTION = "--instrumentation"
-#: The runtime modules copies import, in the order they import each other (window uses collection, which
-#: uses closures).
-RUNTIME_MODULES = ("instrumenter.closures", "instrumenter.collection", "instrumenter.window")
+#: The package the copies import autoitt's runtime from (transforms' LAUNCHED_RUNTIME_PACKAGE): autoitt's own
+#: ``instrumenter`` folder under a name of autoitt's (see _provide_runtime).
+RUNTIME_PACKAGE = "_autoitt"
 
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -145,15 +148,6 @@ class _Instrumentation:
         """original -> copy, for the local modules that run from copies."""
         return {path: f["runs"] for path, f in list(self.files.items())[1:] if f["runs"] is not None}
 
-    def runtime(self) -> list:
-        """autoitt's modules the copies import, each once, in the order they import each other."""
-        wanted = {module for f in self.files.values() for module in f["runtime"]}
-        if RUNTIME_MODULES[2] in wanted:
-            wanted.add(RUNTIME_MODULES[1])  # the window's task_begin is the collection's
-        if RUNTIME_MODULES[1] in wanted:
-            wanted.add(RUNTIME_MODULES[0])  # the collection marks optimizer closures
-        return [module for module in RUNTIME_MODULES if module in wanted]
-
 
 class _CopyLoader:
     """Executes an instrumented copy as the module it was made from (a loader: ``create_module``, ``exec_module``)."""
@@ -194,18 +188,18 @@ class _CopyFinder:
         pass
 
 
-def _load_runtime(name: str) -> None:
-    """One of autoitt's runtime modules under its own name, from autoitt's own folder, without importing
-    (or shadowing) a package ``instrumenter``: the copy imports it by that full name, which the import
-    system finds in ``sys.modules`` first."""
-    path = os.path.join(os.path.dirname(_HERE), name.rpartition(".")[2] + ".py")
-    module = types.ModuleType(name)
-    module.__file__ = path
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=path)
-    module.__package__ = name.rpartition(".")[0]
-    sys.modules[name] = module
-    with open(path, "rb") as handle:
-        exec(compile(handle.read(), path, "exec", dont_inherit=True), module.__dict__)
+def _provide_runtime() -> None:
+    """autoitt's runtime as the package :data:`RUNTIME_PACKAGE`: a package module whose path is autoitt's own
+    ``instrumenter`` folder, so ``_autoitt.collection`` is that folder's ``collection.py``, imported when a copy
+    imports it (and its relative imports, ``.libraries``, stay inside ``_autoitt``). Neither the
+    ``instrumenter`` package nor its ``__init__`` is imported: a package of the user's of that name stays
+    theirs, and nothing of autoitt's runs before the copy asks for it."""
+    folder = os.path.dirname(_HERE)
+    spec = importlib.machinery.ModuleSpec(RUNTIME_PACKAGE, None, is_package=True)
+    spec.submodule_search_locations = [folder]
+    package = types.ModuleType(RUNTIME_PACKAGE, "autoitt's runtime, imported by the instrumented copies")
+    package.__spec__, package.__path__, package.__package__ = spec, [folder], RUNTIME_PACKAGE
+    sys.modules[RUNTIME_PACKAGE] = package
 
 
 def _is_launcher(filename: str) -> bool:
@@ -321,24 +315,44 @@ def _install(instrumentation: _Instrumentation) -> None:
     _hide_launcher_frames(os.path.dirname(os.path.abspath(instrumentation.path)))
     if instrumentation.copies():
         sys.meta_path.insert(0, _CopyFinder(instrumentation))
-    for module in instrumentation.runtime():
-        _load_runtime(module)
+    _provide_runtime()
 
 
 # -- processes the script starts ------------------------------------------------------------------
 
 #: Names the run's instrumentation.json for the script's multiprocessing children (see enter_child).
 INSTRUMENTATION_VARIABLE = "AUTOITT_INSTRUMENTATION"
+#: The profiled script's real path, for the run's Python processes that start it again (see run_copy_instead).
+ENTRY_VARIABLE = "AUTOITT_ENTRY"
 #: Put on the children's PYTHONPATH: its sitecustomize.py calls enter_child in each Python child.
 SITE_DIR = os.path.join(_HERE, "site")
 
 
 def _children_run_copies(instrumentation: _Instrumentation) -> None:
     """The script's multiprocessing children (spawn, forkserver: fresh interpreters that import the script
-    again) run the copies too: they inherit these variables, and Python imports SITE_DIR's sitecustomize."""
+    again), and the run's Python processes that start the script itself again (a restart wrapper's
+    ``os.execv``, a script that runs itself with ``subprocess``), run the copies too: they inherit these
+    variables, and Python imports SITE_DIR's sitecustomize."""
     os.environ[INSTRUMENTATION_VARIABLE] = instrumentation.path
+    os.environ[ENTRY_VARIABLE] = os.path.realpath(instrumentation.entry["path"])
     paths = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = SITE_DIR + (os.pathsep + paths if paths else "")
+    if not paths or paths.split(os.pathsep)[0] != SITE_DIR:  # a launcher the script exec'd has it already
+        os.environ["PYTHONPATH"] = SITE_DIR + (os.pathsep + paths if paths else "")
+
+
+def run_copy_instead(path: str) -> None:
+    """In a Python process of the profiled run whose main script is the profiled script (a restart wrapper
+    exec'd it, or the script ran itself): this process becomes the launcher running the copy, as autoitt
+    started the first one. By exec, in sitecustomize, before any of the script runs: the same process
+    (pid, parent, environment) with the same interpreter options (``-u``, ``-X dev``, ...), its own steps in
+    the run's results. A script whose entry has no copy (nothing to instrument) runs as it is."""
+    instrumentation = _Instrumentation(path)
+    copy = instrumentation.entry["runs"]
+    if copy is None:
+        return
+    options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]
+    os.execv(sys.executable, [sys.executable, *options, os.path.abspath(__file__), INSTRUMENTATION_OPTION,
+                              instrumentation.path, copy, *sys.argv])
 
 
 def enter_child(path: str) -> None:
@@ -353,6 +367,7 @@ def enter_child(path: str) -> None:
     """
     import multiprocessing.spawn as spawn
 
+    _sample_from_the_start()  # as for the script: a spawned DataLoader worker makes no ITT call of its own
     instrumentation = _Instrumentation(path)
     entry, copy = os.path.realpath(instrumentation.entry["path"]), instrumentation.entry["runs"]
     original_fixup = spawn._fixup_main_from_path

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from ..instrumentation import Instrumentation, digest
-from ..results import RunRecord, autoitt_fault, save_outputs
+from ..results import RunRecord, autoitt_fault, save_outputs, unwritten_warnings
 from ..summary import Summary
 from .collect import CSV_DIR, AnalysisRun, load, rank_of
 from .commands import REPORTS
@@ -79,7 +79,8 @@ def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -
                                 for a in analyses for name in a.run.result_dirs],
                            csv_dir=str(folder / CSV_DIR)),
     )
-    summary.warnings.extend(save_outputs(folder, {"summary.json": json.dumps(summary.to_json(), indent=2) + "\n"}))
+    summary.unwritten = save_outputs(folder, {"summary.json": json.dumps(summary.to_json(), indent=2) + "\n"})
+    summary.warnings.extend(unwritten_warnings(folder, summary.unwritten))
     return summary
 
 
