@@ -33,10 +33,9 @@ the others), listed every 50 ms; never the collector's own.
 Files
 =====
 
-Each process writes ``$AUTOITT_TRACE_DIR/samples-<pid>.bin`` next to its
-``itt-<pid>.bin`` (both under the same number, ``pid + n * 2**22`` where a file of
-the pid is already there: see :mod:`.tracefile`); a forked child its own, from 10 ms after the fork.  Data is
-written every 50 ms (20 in a forked child), at each pause or detach, at a
+Each process writes ``$AUTOITT_TRACE_DIR/samples-<pid>.bin`` next to its ``itt-<pid>.bin`` (the same
+number: ``pid + n * 2**22`` where a file of the pid is there, see :mod:`.tracefile`); a forked child its
+own, from 10 ms after the fork.  Data is written every 50 ms (20 in a forked child), at each pause or detach, at a
 normal exit (with the map, the counts and an end record) and, best effort, at
 a fatal signal.  Lost: the last 50 ms of a process ended by SIGKILL or
 ``os._exit`` (forked workers), and samples dropped when a thread's buffer (128
