@@ -163,54 +163,7 @@ def test_the_users_own_sitecustomize_still_runs_in_the_children(tmp_path):
     assert _steps(json.loads(done.stdout)) == [("step", 10)]
 
 
-@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun")
-def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
-    script = textwrap.dedent(
-        """\
-        import torch
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(4):
-            loss = model(torch.ones(4)).sum()
-            loss.backward()
-            optimizer.step()
-        print("rank", dist.get_rank(), "done")
-        # The process group torn down while the interpreter is whole: DDP's reducer holds it until the model
-        # goes. Otherwise a gloo worker thread (ProcessGroupGloo::runLoop) may take the GIL during
-        # finalization, Python ends it with pthread_exit and the forced unwind aborts the process
-        # ("terminate called without an active exception"; pytorch/pytorch#179291). Measured with this
-        # script: 0 of 16 runs without the collector, 6 of 16 with it loaded (2 of 16 with the previous
-        # session's collector), 0 of 16 with these lines.
-        del optimizer, model
-        dist.barrier()
-        dist.destroy_process_group()
-        """)
-    (tmp_path / "train.py").write_text(script)
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    for attempt in range(2):
-        shutil.rmtree(tmp_path / "out", ignore_errors=True)
-        done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out",
-                       "--launcher", f"{torchrun} --standalone --nproc_per_node 2", "train.py", cwd=tmp_path)
-        # Even with the lines above, a loaded machine still saw that abort at exit once in five full suite
-        # runs (after both ranks trained and wrote their traces): pytorch#179291, not autoitt's. One more
-        # run then; any other failure fails at once.
-        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
-            break
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    assert _steps(summary) == [("step", 8)]
-    assert [(rank["rank"], [(s["label"], s["count"]) for s in rank["steps"]]) for rank in summary["ranks"]] == [
-        (0, [("step", 4)]), (1, [("step", 4)])]
-    assert [(late["label"], late["steps"], late["ranks"]) for late in summary["stragglers"]] == [("step", 4, [0, 1])]
-    trace = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
-    names = {e["args"]["name"].split(" (")[0] for e in trace if e["name"] == "process_name"}
-    assert {"rank 0", "rank 1"} <= names
-
-
-#: Two gloo ranks of DDP on a tiny model (the process group torn down before exit: see the torchrun test above).
+#: Two gloo ranks of DDP on a tiny model.
 DDP_TRAINER = textwrap.dedent(
     """\
     import sys
@@ -225,6 +178,12 @@ DDP_TRAINER = textwrap.dedent(
         loss.backward()
         optimizer.step()
     print("rank", dist.get_rank(), "done", sys.executable, sys.argv[1:])
+    # The process group torn down while the interpreter is whole: DDP's reducer holds it until the model
+    # goes. Otherwise a gloo worker thread (ProcessGroupGloo::runLoop) may take the GIL during
+    # finalization, Python ends it with pthread_exit and the forced unwind aborts the process
+    # ("terminate called without an active exception"; pytorch/pytorch#179291). Measured with this
+    # script: 0 of 16 runs without the collector, 6 of 16 with it loaded (2 of 16 with the previous
+    # session's collector), 0 of 16 with these lines.
     del optimizer, model
     dist.barrier()
     dist.destroy_process_group()
@@ -235,22 +194,37 @@ PATH_WITHOUT_BIN = os.pathsep.join(folder for folder in os.environ.get("PATH", o
                                    if folder and os.path.abspath(folder) != os.path.dirname(sys.executable))
 
 
-def _ddp_ranks_through(folder, launcher, *args):
-    """(summary, finished) of DDP_TRAINER profiled through ``launcher``, a bare name found beside the interpreter."""
-    (folder / "train.py").write_text(DDP_TRAINER)
+def _profile_ranks(folder, launcher, *args, env=None):
+    """(summary, finished) of ``folder``'s train.py profiled through ``launcher``, which must succeed.
+
+    Even with the process group torn down before exit (see DDP_TRAINER), a loaded machine still saw
+    gloo's abort at exit once in five full suite runs (after both ranks trained and wrote their traces):
+    pytorch#179291, not autoitt's. One more run then; any other failure fails at once."""
     for attempt in range(2):
         shutil.rmtree(folder / "out", ignore_errors=True)
         done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", launcher, "train.py",
-                       *args, cwd=folder, env={"PATH": PATH_WITHOUT_BIN})
-        # one more run only for the gloo abort at exit (pytorch#179291), as in the torchrun test
+                       *args, cwd=folder, env=env)
         if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
             break
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    return json.loads(done.stdout), done
+
+
+def _ddp_ranks_through(folder, launcher, *args):
+    """(summary, finished) of DDP_TRAINER profiled through ``launcher``, a bare name found beside the interpreter."""
+    (folder / "train.py").write_text(DDP_TRAINER)
+    summary, done = _profile_ranks(folder, launcher, *args, env={"PATH": PATH_WITHOUT_BIN})
     assert [(rank["rank"], [(s["label"], s["count"]) for s in rank["steps"]]) for rank in summary["ranks"]] == [
         (0, [("step", 3)]), (1, [("step", 3)])]
     assert _process_names(folder / "out") >= {"rank 0", "rank 1"}
     return summary, done
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun")
+def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
+    summary, _done = _ddp_ranks_through(tmp_path, "torchrun --standalone --nproc_per_node 2")
+    assert _steps(summary) == [("step", 6)]
+    assert [(late["label"], late["steps"], late["ranks"]) for late in summary["stragglers"]] == [("step", 3, [0, 1])]
 
 
 @pytest.mark.skipif(shutil.which("accelerate", path=os.path.dirname(sys.executable)) is None, reason="no accelerate")
