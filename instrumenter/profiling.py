@@ -94,7 +94,9 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     copy = copy_path(script, folder)
     try:
         instrumentation, notes = prepare(project, folder)
-        command = launch.command(copy, script, args, folder / INSTRUMENTATION_FILE)
+        # python <folder>/<stem>.autoitt.pyc ARGS: the main process writes the copy's code there (see launch)
+        launch.write_placeholder(folder / INSTRUMENTATION_FILE, script)
+        command = launch.command(script, args, folder / INSTRUMENTATION_FILE)
         record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
                            command=command, notes=notes, trace_steps=options.trace_steps,
                            first_step=options.mode.skip_steps + 1)

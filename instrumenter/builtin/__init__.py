@@ -21,6 +21,8 @@ from .. import target
 from ..backend import Backend, Finished, Job, Say
 from ..machine import Usage, during
 from ..console import readable
+from .. import launch
+from ..instrumentation import FILE as INSTRUMENTATION_FILE
 from ..options import under_launcher
 from ..instrumentation import Instrumentation
 from ..results import RUN_FILE, RunRecord, autoitt_fault
@@ -43,14 +45,14 @@ class BuiltinBackend(Backend):
         if job.options.vtune_flags_given:
             say(f"{', '.join(job.options.vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
-        env = dict(os.environ)
+        env = launch.environment(os.environ, job.script, job.folder / INSTRUMENTATION_FILE)
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit,
                                job.options.sample_hz, job.instrumentation.domains))
         started, started_at = time.perf_counter(), time.time()
         before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
-        # the script's own arguments follow COPY and SCRIPT in the launcher's command (deepspeed's --local_rank)
-        args_at = job.command.index(str(job.copy)) + 2
+        # the script's own arguments follow the .pyc in the command (deepspeed's --local_rank goes there)
+        args_at = job.command.index(str(launch.main_file(job.folder / INSTRUMENTATION_FILE, job.script))) + 1
         command = list(under_launcher(job.options.launcher, job.command, args_at=args_at))
         process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
         exit_code = target.wait(process)

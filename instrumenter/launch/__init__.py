@@ -1,35 +1,82 @@
-"""How autoitt starts a copy: the launcher's command line (the launcher itself is ``__main__.py`` here).
+"""How autoitt starts a copy: the command line and the environment of its main process.
 
-The launcher runs inside the user's process, started by its file's path
-(see its docstring for why) and with the standard library alone, so it
-cannot import this package: the three names below are written in both files,
-and a test holds them equal.
+The command is ``python <result folder>/<stem>.autoitt.pyc ARGS``: no launcher
+script in it, so the program sees only its own frames. Python imports
+``site/sitecustomize.py`` (first on ``PYTHONPATH``) before it opens that file;
+in the main process it has the launcher (``__main__.py`` here) write the copy's
+code there and make ``__main__``, ``sys.argv`` and ``sys.path`` what ``python
+SCRIPT ARGS`` gives before the script's first line (see its docstring).
+
+The launcher runs inside the user's process with the standard library alone, so
+it cannot import this package: the names below are written in both files, and a
+test holds them equal.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
+import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Mapping, Sequence
 
 #: Where the launcher writes the script's exit code, one file per process (see ``__main__.py``).
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
-#: The launcher's option naming the run's ``instrumentation.json``.
-INSTRUMENTATION_OPTION = "--instrumentation"
 #: Beside ``instrumentation.json``: the launcher's line per process whose uncaught error was autoitt's own.
 FAULT_FILE = "autoitt-error.txt"
+#: The run's ``instrumentation.json``, for every process of the run (the sitecustomize acts only where it is set).
+INSTRUMENTATION_VARIABLE = "AUTOITT_INSTRUMENTATION"
+#: The profiled script's real path: a process of the run that starts it again runs its copy.
+ENTRY_VARIABLE = "AUTOITT_ENTRY"
+#: The .pyc the main process runs; popped by the launcher there.
+MAIN_VARIABLE = "AUTOITT_MAIN"
+#: The script as the user named it (``sys.argv[0]``); popped by the launcher in the main process.
+SCRIPT_VARIABLE = "AUTOITT_MAIN_SCRIPT"
+#: First on PYTHONPATH: its ``sitecustomize.py`` runs in every Python process of the run.
+SITE_DIR = Path(__file__).resolve().with_name("site")
 
-LAUNCHER = Path(__file__).resolve().with_name("__main__.py")
+__all__ = ["ENTRY_VARIABLE", "EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_VARIABLE", "MAIN_VARIABLE",
+           "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "main_file", "write_placeholder"]
 
-__all__ = ["EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_OPTION", "LAUNCHER", "command"]
+#: What the placeholder .pyc says (the launcher's NO_SITECUSTOMIZE, which a test holds equal).
+NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitecustomize (python -E, -I or -S, or a "
+                    "launcher that does not pass PYTHONPATH and the AUTOITT_ variables on to the script's process); "
+                    "run the script's processes without those flags")
 
 
-def command(copy: Path, script: Path, args: Sequence[str], instrumentation: Optional[Path] = None,
-            python: str = sys.executable) -> List[str]:
-    """The target command: the same interpreter, running ``copy`` as ``script`` with ``args``.
+def main_file(instrumentation: Path, script: Path) -> Path:
+    """The .pyc the main process runs: ``<stem>.autoitt.pyc`` beside ``instrumentation.json``."""
+    return Path(os.path.abspath(instrumentation)).with_name(f"{Path(script).stem}.autoitt.pyc")
 
-    ``instrumentation``: the run's ``instrumentation.json``, for the original
-    lines in tracebacks and the copies of local modules.
-    """
-    option = [INSTRUMENTATION_OPTION, str(instrumentation.resolve())] if instrumentation is not None else []
-    return [python, str(LAUNCHER), *option, str(copy), str(script), *args]
+
+def command(script: Path, args: Sequence[str], instrumentation: Path, python: str = sys.executable) -> List[str]:
+    """The target command: the same interpreter, running the script's .pyc with ``args`` (run it with
+    :func:`environment`)."""
+    return [python, str(main_file(instrumentation, script)), *args]
+
+
+def environment(base: Mapping[str, str], script: Path, instrumentation: Path) -> Dict[str, str]:
+    """``base`` with what the command needs: the site folder first on PYTHONPATH, and the variables naming the
+    run's instrumentation.json, the .pyc and the script (as the user named it: its ``sys.argv[0]``)."""
+    env = dict(base)
+    site = str(SITE_DIR)
+    paths = env.get("PYTHONPATH")
+    if not paths or paths.split(os.pathsep)[0] != site:  # a run inside a profiled run has it already
+        env["PYTHONPATH"] = site + (os.pathsep + paths if paths else "")
+    env[INSTRUMENTATION_VARIABLE] = os.path.abspath(instrumentation)
+    env[ENTRY_VARIABLE] = os.path.realpath(script)
+    env[MAIN_VARIABLE] = str(main_file(instrumentation, script))
+    env[SCRIPT_VARIABLE] = str(script)
+    for name in ("AUTOITT_MAIN_AGAIN",):
+        env.pop(name, None)
+    return env
+
+
+def write_placeholder(instrumentation: Path, script: Path) -> Path:
+    """Write the .pyc as it is before the main process writes the copy's code there: a program that exits 1
+    saying autoitt's sitecustomize did not run (rather than ``can't open file``). Returns its path."""
+    path = main_file(instrumentation, script)
+    code = compile(f"__import__('sys').exit({NO_SITECUSTOMIZE!r})", str(script), "exec", dont_inherit=True)
+    path.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))
+    return path

@@ -1,52 +1,57 @@
-"""Run an instrumented copy as if it were the original script.
+"""Runs an instrumented copy as ``python SCRIPT ARGS`` runs the original: the program sees only its own frames.
 
-``python <this file> [--instrumentation FILE] COPY ORIGINAL [ARGS...]``
-executes COPY's code as ``__main__`` with ``__file__``, ``sys.argv[0]`` and
-``sys.path[0]`` of ORIGINAL, in the caller's working directory, so sibling
-imports and paths relative to the script resolve exactly as they would for
-``python ORIGINAL ARGS...``. The exit code is the script's: an uncaught
-exception exits 1 with its traceback, ``sys.exit(n)`` exits n.
+autoitt's command is ``python [FLAGS] <results>/<stem>.autoitt.pyc ARGS``
+(:func:`instrumenter.launch.command`), with ``site/`` first on ``PYTHONPATH``
+and variables naming the run's ``instrumentation.json``, that ``.pyc`` and the
+script as the user named it (:func:`instrumenter.launch.environment`). No
+launcher script is in it: Python imports ``site/sitecustomize.py`` before it
+opens the main file, and in the main process that loads this module (without
+``sys.modules``: nothing the script could import) and calls :func:`enter_main`,
+which
 
-autoitt starts it by its file's path, never as ``python -m
-instrumenter.launch``: ``-m`` would put the working directory first on
-``sys.path``, where a module of the user's named ``instrumenter`` would be
-found instead (and runpy's frames would lead every traceback). Run by path,
-``sys.path[0]`` is this folder (it holds nothing else to import) until the
-script's folder takes its place, and nothing of autoitt's package is
-imported: the user's own ``instrumenter``, ``transforms`` or ``launch``
-modules stay importable, as themselves. (``python -m instrumenter.launch``
-works too, where nothing shadows it.)
+* compiles the copy under the original's file name, with the original's line
+  numbers (and columns): tracebacks, warnings and ``inspect`` show the user's
+  file, lines and source, never the copy's. A *prologue* goes first in the
+  module's code (after its docstring and ``__future__`` imports), with no line
+  number of its own, so a tracer sees the same line events as for the original;
+* writes that code as the ``.pyc`` Python is about to run (atomically: every
+  rank writes the same bytes);
+* installs the import hook that runs the instrumented copy of each local module
+  in place of the original (Python's own ``SourceFileLoader`` with the copy's
+  code: the module keeps its name, ``__file__``, ``__cached__`` and package,
+  import frames are left out of tracebacks as Python leaves them out, and no
+  bytecode is written), and provides the package ``_autoitt`` the copies import
+  autoitt's runtime from (``from _autoitt.collection import Collection``):
+  autoitt's own modules under a name no package of the user's can shadow;
+* puts the prologue's function in ``sys.modules`` as ``_autoitt_main``. The
+  prologue pops it and calls it, in the module's own frame, before the script's
+  first instruction: it makes ``__main__.__file__``, ``__loader__``,
+  ``sys.argv[0]``, the script's entry of ``sys.orig_argv`` and ``sys.path[0]``
+  what ``python SCRIPT`` gives (Python set them for the ``.pyc``). Nothing of
+  autoitt's stays on the stack, in ``sys.modules`` or in the hooks.
 
-With ``--instrumentation FILE`` (``instrumentation.json``, documented in
-:mod:`instrumenter.instrumentation`):
+When ``AUTOITT_EXIT_DIR`` is set (VTune), the script's body is also the body
+of a ``with`` on what the prologue returns: its ``__exit__`` sees how the script
+ended and writes the exit code to ``$AUTOITT_EXIT_DIR/<pid>`` (a profiler that
+runs the script returns its own exit code: this file is how autoitt tells a
+failing script from a failing profiler, per process). Without it, no wrapper.
 
-* code is compiled under its original's file name, with the line numbers (and
-  columns) of the original: tracebacks, warnings and ``inspect`` show the
-  user's file, lines and source, never the copy's. Frames of this launcher are
-  left out of the traceback of an uncaught exception;
-* an import hook runs the instrumented copy of each local module in place of
-  the original: the module keeps its name, ``__file__`` and package, only its
-  code is the copy's. No bytecode is cached for these modules, so a later
-  plain run cannot pick up markers;
-* the copies import autoitt's runtime from the package ``_autoitt``
-  (``from _autoitt.collection import Collection``; windowed,
-  ``from _autoitt.window import CollectionWindow``), which the launcher
-  provides: autoitt's own modules under a name no package of the user's can
-  shadow, while the user's own ``instrumenter`` (with its ``collection``) stays
-  theirs. Its modules load on the copy's import, never before.
+An uncaught error raised by autoitt's own code (:func:`_autoitt_fault`) is said
+to be autoitt's once Python has printed it (an ``atexit`` callback reads
+``sys.last_value``: ``sys.excepthook`` stays Python's), and noted in
+:data:`FAULT_FILE` beside ``instrumentation.json`` for the summary.
 
-When ``AUTOITT_EXIT_DIR`` is set, the launcher also writes the exit code to
-``$AUTOITT_EXIT_DIR/<pid>``: a profiler that runs the script (VTune) returns
-its own exit code, and this file is how autoitt tells a failing script from a
-failing profiler, per process (one file per MPI rank).
+If the ``.pyc`` runs without the sitecustomize (``-E``, ``-I`` or ``-S`` in a
+launcher's interpreter flags, or a launcher that does not pass ``PYTHONPATH``
+on), the prologue finds no ``_autoitt_main`` and exits saying so.
 
 Stdlib only: this module runs inside the user's training process.
 """
 
 # Only what the launcher cannot do without is imported before the script runs (and ast only to
-# map lines): a module imported here is the standard library's for the script too, even where
+# compile): a module imported here is the standard library's for the script too, even where
 # the script's folder has one of that name (under `python script.py`, only what Python itself
-# loads at start-up is).
+# loads at start-up is). sys.path[0] is not the script's folder yet when they are imported.
 import builtins
 import importlib.machinery
 import json
@@ -56,7 +61,18 @@ import sys
 import types
 
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
-INSTRUMENTATION_OPTION = "--instrumentation"
+#: The .pyc Python runs as the main file (absolute): the process whose main file it is, is the main process.
+MAIN_VARIABLE = "AUTOITT_MAIN"
+#: The script as the user named it: sys.argv[0] (and __file__ made absolute), as under ``python SCRIPT``.
+SCRIPT_VARIABLE = "AUTOITT_MAIN_SCRIPT"
+#: Set by run_copy_instead: a process of the run that started the script again, whose .pyc is already written.
+AGAIN_VARIABLE = "AUTOITT_MAIN_AGAIN"
+#: The name the prologue pops from sys.modules and calls (see _prologue).
+PROLOGUE_MODULE = "_autoitt_main"
+#: What the prologue says when it runs without the sitecustomize having prepared it.
+NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitecustomize (python -E, -I or -S, or a "
+                    "launcher that does not pass PYTHONPATH and the AUTOITT_ variables on to the script's process); "
+                    "run the script's processes without those flags")
 #: The package the copies import autoitt's runtime from (transforms' LAUNCHED_RUNTIME_PACKAGE): autoitt's own
 #: ``instrumenter`` folder under a name of autoitt's (see _provide_runtime).
 RUNTIME_PACKAGE = "_autoitt"
@@ -101,17 +117,25 @@ def _indent(line: bytes) -> int:
     return len(line) - len(line.lstrip(b" \t\f"))
 
 
-def _compile(copy_path: str, filename: str, lines: "_Lines | None"):
-    """The copy's code object, named ``filename``; with ``lines``, at the original's positions."""
+def _compile(copy_path: str, filename: str, lines: "_Lines | None", main: "str | None" = None):
+    """The copy's code object, named ``filename``; with ``lines``, at the original's positions. ``main``:
+    the main script's, with the prologue (``"prologue"``) or the prologue as a ``with`` around the body
+    (``"with"``): see :func:`_prologue`."""
     with open(copy_path, "rb") as handle:
         data = handle.read()
-    if lines is None:
+    if lines is None and main is None:
         return compile(data, filename, "exec", dont_inherit=True)
     import ast
 
     tree = ast.parse(data, filename)
+    if main is not None:
+        _prologue(tree, ast, around=main == "with")
+    if lines is None:
+        return compile(tree, filename, "exec", dont_inherit=True)
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) is None or getattr(node, "end_lineno", None) is None:
+        if getattr(node, "lineno", None) is None or getattr(node, "lineno", None) < 0:
+            continue  # the prologue: no line
+        if getattr(node, "end_lineno", None) is None:
             continue
         start = (lines.line(node.lineno), lines.column(node.lineno, node.col_offset, end=False))
         end = (lines.line(node.end_lineno), lines.column(node.end_lineno, node.end_col_offset, end=True))
@@ -119,6 +143,29 @@ def _compile(copy_path: str, filename: str, lines: "_Lines | None"):
             end = start
         (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset) = start, end
     return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def _prologue(tree, ast, around: bool) -> None:
+    """Put ``(sys.modules.pop('_autoitt_main', None) or sys.exit(NO_SITECUSTOMIZE))()`` first in the module
+    (after its docstring, which stays ``__doc__``, and its ``__future__`` imports, which must come first); with
+    ``around``, as ``with <that>:`` around the rest of the body. Its nodes have no line (-1): no "line" event for
+    a tracer or coverage, no line in any traceback; the body keeps its own lines and columns. Inside a ``with``
+    the module's names, ``global`` and annotations are the module's as before (a ``with`` is no scope)."""
+    body, at = tree.body, 0
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        at = 1
+    while at < len(body) and isinstance(body[at], ast.ImportFrom) and body[at].module == "__future__":
+        at += 1
+    call = ast.parse(f"(__import__('sys').modules.pop({PROLOGUE_MODULE!r}, None) or "
+                     f"__import__('sys').exit({NO_SITECUSTOMIZE!r}))()").body[0]
+    for node in ast.walk(call):
+        if hasattr(node, "lineno"):
+            node.lineno = node.end_lineno = node.col_offset = node.end_col_offset = -1
+    if around and body[at:]:
+        call = ast.With(items=[ast.withitem(context_expr=call.value, optional_vars=None)], body=body[at:],
+                        type_comment=None, lineno=-1, end_lineno=-1, col_offset=-1, end_col_offset=-1)
+    tree.body = body[:at] + [call] + ([] if isinstance(call, ast.With) else body[at:])
 
 
 class _Instrumentation:
@@ -149,20 +196,25 @@ class _Instrumentation:
         return {path: f["runs"] for path, f in list(self.files.items())[1:] if f["runs"] is not None}
 
 
-class _CopyLoader:
-    """Executes an instrumented copy as the module it was made from (a loader: ``create_module``, ``exec_module``)."""
+class _CopyLoader(importlib.machinery.SourceFileLoader):
+    """A local module's loader: Python's own ``SourceFileLoader`` whose code is the copy's, compiled under the
+    original's name and lines. Python's ``exec_module`` runs it, so an error raised while the module is imported
+    shows the frames Python shows for any import (importlib's are left out), and the module is left with a plain
+    ``SourceFileLoader`` as ``__loader__``. ``get_code`` is this loader's: no bytecode is read or written, so a
+    later plain run cannot pick up markers; ``__cached__`` is what Python names."""
 
-    def __init__(self, copy: str, instrumentation: _Instrumentation) -> None:
-        self.copy = copy
-        self.instrumentation = instrumentation
+    def __init__(self, name, path, copy, instrumentation) -> None:
+        super().__init__(name, path)
+        self.copy, self.instrumentation = copy, instrumentation
 
-    def create_module(self, spec):
-        return None  # the default module object
-
-    def exec_module(self, module) -> None:
-        original = module.__spec__.origin
-        code = _compile(self.copy, original, self.instrumentation.lines_of(original, self.copy))
-        exec(code, module.__dict__)
+    def get_code(self, fullname):
+        module = sys.modules.get(fullname)
+        if module is not None and getattr(module, "__loader__", None) is self:
+            plain = importlib.machinery.SourceFileLoader(fullname, self.path)
+            module.__loader__ = plain
+            if getattr(module, "__spec__", None) is not None and module.__spec__.loader is self:
+                module.__spec__.loader = plain
+        return _compile(self.copy, self.path, self.instrumentation.lines_of(self.path, self.copy))
 
 
 class _CopyFinder:
@@ -177,11 +229,9 @@ class _CopyFinder:
         if spec is None or not spec.origin:
             return spec
         copy = self.copies.get(os.path.realpath(spec.origin))
-        if copy is None:
+        if copy is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             return spec
-        spec.loader = _CopyLoader(copy, self.instrumentation)
-        spec.cached = None
-        spec.has_location = True
+        spec.loader = _CopyLoader(name, spec.origin, copy, self.instrumentation)
         return spec
 
     def invalidate_caches(self) -> None:
@@ -274,45 +324,19 @@ def _hide_launcher_frames(results: "str | None" = None) -> None:
             pending.extend((current.__cause__, current.__context__))
         original(kind, value, value.__traceback__)
         if fault is not None:
-            sys.stderr.write(f"autoitt: this error was raised by autoitt's instrumentation, not by your script "
-                             f"({fault}); it is a bug in autoitt: python {os.path.basename(sys.argv[0])} runs "
-                             "your script without it\n")
-            try:
-                with open(os.path.join(results, FAULT_FILE), "a") as handle:
-                    handle.write(f"{os.getpid()}: {fault}\n")
-            except (OSError, TypeError):
-                pass  # never turn the script's outcome into another error
+            _report_fault(fault, results)
 
     sys.excepthook = excepthook
 
 
-def run(copy: str, original: str, args: list, instrumentation: "_Instrumentation | None" = None) -> None:
-    main = types.ModuleType("__main__")
-    # As for `python train.py`: __file__ and sys.path[0] absolute, argv[0] as typed.
-    main.__file__ = os.path.abspath(original)
-    main.__builtins__ = builtins
-    main.__spec__ = None
-    main.__loader__ = None
-    lines = instrumentation.lines_of(original, copy) if instrumentation is not None else None
-    filename = (instrumentation.program_of(original) or main.__file__) if instrumentation is not None else copy
-    code = _compile(copy, filename, lines)
-    sys.modules["__main__"] = main
-    sys.argv[:] = [original, *args]
-    # In place of this folder (run by path) or of the working directory (-m): the script's own.
-    sys.path[0] = os.path.dirname(main.__file__)
-    exec(code, main.__dict__)
-
-
-def _exit_status(code) -> int:
-    """The status the process will exit with for ``sys.exit(code)``."""
-    if code is None:
-        return 0
-    return code % 256 if isinstance(code, int) else 1
-
-
 def _install(instrumentation: _Instrumentation) -> None:
-    """Everything the copies need in this process, before any of the script's code runs."""
+    """Everything the copies need in a multiprocessing child, before any of the script's code runs."""
     _hide_launcher_frames(os.path.dirname(os.path.abspath(instrumentation.path)))
+    _install_copies(instrumentation)
+
+
+def _install_copies(instrumentation: _Instrumentation) -> None:
+    """The import hook for the local modules' copies, and the runtime package."""
     if instrumentation.copies():
         sys.meta_path.insert(0, _CopyFinder(instrumentation))
     _provide_runtime()
@@ -328,31 +352,27 @@ ENTRY_VARIABLE = "AUTOITT_ENTRY"
 SITE_DIR = os.path.join(_HERE, "site")
 
 
-def _children_run_copies(instrumentation: _Instrumentation) -> None:
-    """The script's multiprocessing children (spawn, forkserver: fresh interpreters that import the script
-    again), and the run's Python processes that start the script itself again (a restart wrapper's
-    ``os.execv``, a script that runs itself with ``subprocess``), run the copies too: they inherit these
-    variables, and Python imports SITE_DIR's sitecustomize."""
-    os.environ[INSTRUMENTATION_VARIABLE] = instrumentation.path
-    os.environ[ENTRY_VARIABLE] = os.path.realpath(instrumentation.entry["path"])
-    paths = os.environ.get("PYTHONPATH")
-    if not paths or paths.split(os.pathsep)[0] != SITE_DIR:  # a launcher the script exec'd has it already
-        os.environ["PYTHONPATH"] = SITE_DIR + (os.pathsep + paths if paths else "")
+def main_file(instrumentation_path: str, entry: str) -> str:
+    """The .pyc the main process runs: ``<stem>.autoitt.pyc`` beside instrumentation.json (as
+    ``instrumenter.launch.main_file`` names it; a test holds them equal)."""
+    stem = os.path.splitext(os.path.basename(entry))[0]
+    return os.path.join(os.path.dirname(os.path.abspath(instrumentation_path)), f"{stem}.autoitt.pyc")
 
 
 def run_copy_instead(path: str) -> None:
     """In a Python process of the profiled run whose main script is the profiled script (a restart wrapper
-    exec'd it, or the script ran itself): this process becomes the launcher running the copy, as autoitt
-    started the first one. By exec, in sitecustomize, before any of the script runs: the same process
-    (pid, parent, environment) with the same interpreter options (``-u``, ``-X dev``, ...), its own steps in
-    the run's results. A script whose entry has no copy (nothing to instrument) runs as it is."""
+    exec'd it, or the script ran itself): this process becomes one that runs the copy, as autoitt started the
+    first one: ``python [its flags] <stem>.autoitt.pyc ARGS``. By exec, in sitecustomize, before any of the script
+    runs: the same process (pid, parent, environment) with the same interpreter options (``-u``, ``-X dev``,
+    ...), its own steps in the run's results. The .pyc is the one the run's first process wrote (it is not written
+    again: a rank of the run may be about to read it). A script whose entry has no copy runs as it is."""
     instrumentation = _Instrumentation(path)
-    copy = instrumentation.entry["runs"]
-    if copy is None:
+    if instrumentation.entry["runs"] is None:
         return
+    pyc = main_file(instrumentation.path, instrumentation.entry["path"])
+    os.environ.update({MAIN_VARIABLE: pyc, SCRIPT_VARIABLE: sys.argv[0], AGAIN_VARIABLE: "1"})
     options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]
-    os.execv(sys.executable, [sys.executable, *options, os.path.abspath(__file__), INSTRUMENTATION_OPTION,
-                              instrumentation.path, copy, *sys.argv])
+    os.execv(sys.executable, [sys.executable, *options, pyc, *sys.argv[1:]])
 
 
 def enter_child(path: str) -> None:
@@ -406,40 +426,128 @@ def _sample_from_the_start() -> None:
         pass  # another collector: it samples (or not) on its own
 
 
-def main(argv: list) -> None:
+# -- the main process ---------------------------------------------------------------------------------------------
+
+def enter_main(pyc: str, path: str) -> None:
+    """In the process whose main file is ``pyc`` (called by sitecustomize, before Python opens it): write the
+    copy's code there, install what the copies need, and leave the prologue its function (see the docstring)."""
+    environ = os.environ
+    # Popped (from the C environment too): the script's children are not the main process. The instrumentation
+    # and entry variables and PYTHONPATH stay, for the children that run copies (see site/sitecustomize.py).
+    script = environ.pop(SCRIPT_VARIABLE, None) or sys.argv[0]
+    environ.pop(MAIN_VARIABLE, None)
+    again = environ.pop(AGAIN_VARIABLE, None)
+    exit_dir = environ.pop(EXIT_DIR_VARIABLE, None)
     _sample_from_the_start()
-    instrumentation = None
-    if argv[:1] == [INSTRUMENTATION_OPTION] and len(argv) > 1:
-        instrumentation = _Instrumentation(argv[1])
-        argv = argv[2:]
-    if len(argv) < 2:
-        sys.exit(f"usage: python {__file__} [{INSTRUMENTATION_OPTION} FILE] COPY ORIGINAL [ARGS...]")
-    # Popped, so the script's environment (and its children's) is as without autoitt.
-    exit_dir = os.environ.pop(EXIT_DIR_VARIABLE, None)
-    if instrumentation is not None:
-        _install(instrumentation)
-        _children_run_copies(instrumentation)
-    if not exit_dir:
-        run(argv[0], argv[1], argv[2:], instrumentation)
-        return
-    status = 1  # an uncaught exception
-    try:
-        run(argv[0], argv[1], argv[2:], instrumentation)
-        status = 0
-    except SystemExit as exc:
-        status = _exit_status(exc.code)
-        raise
-    except KeyboardInterrupt:
-        status = 130  # what a shell reports for a run stopped by SIGINT
-        raise
-    finally:
+    instrumentation = _Instrumentation(path)
+    # As Python names the main file: the working directory joined to the path as typed, not normalized.
+    filename = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+    program = instrumentation.program_of(filename)
+    if not (again and os.path.isfile(pyc)):
+        copy = instrumentation.entry["runs"] or program or filename
         try:
-            os.makedirs(exit_dir, exist_ok=True)
-            with open(os.path.join(exit_dir, str(os.getpid())), "w") as handle:
-                handle.write(f"{status}\n")
-        except OSError:
-            pass  # never turn the script's own outcome into a launcher error
+            code = _compile(copy, program or filename, instrumentation.lines_of(filename, copy),
+                            main="with" if exit_dir else "prologue")
+        except SyntaxError as error:  # as Python shows a script that does not compile: no traceback, exit 1
+            sys.excepthook(type(error), error.with_traceback(None), None)
+            _write_status(exit_dir, 1)
+            sys.stderr.flush()
+            os._exit(1)
+        _write_pyc(pyc, code)
+    _install_copies(instrumentation)
+    import atexit
+
+    atexit.register(_fault_at_exit, os.path.dirname(instrumentation.path))
+    sys.modules[PROLOGUE_MODULE] = _Main(PROLOGUE_MODULE, script, filename, pyc, exit_dir)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+class _Main(types.ModuleType):
+    """What the prologue pops from ``sys.modules`` and calls (a module, for whatever walks ``sys.modules`` in the
+    meantime: the user's own sitecustomize, say); under ``with``, also the context manager around the body."""
+
+    def __init__(self, name: str, script: str, filename: str, pyc: str, exit_dir: "str | None") -> None:
+        super().__init__(name)
+        self._script, self._filename, self._pyc, self._exit_dir = script, filename, pyc, exit_dir
+
+    def __call__(self) -> "_Main":
+        """What Python set up for the .pyc, made what it sets up for ``python SCRIPT``."""
+        main = sys.modules["__main__"]
+        main.__file__ = self._filename
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", self._filename)
+        sys.argv[0] = self._script
+        at = len(sys.orig_argv) - len(sys.argv)
+        if 0 < at < len(sys.orig_argv):
+            sys.orig_argv[at] = self._script
+        # sys.path[0]: the folder of the main file's real path, unless -P (3.11) left it out.
+        if (not getattr(sys.flags, "safe_path", False) and sys.path
+                and sys.path[0] == os.path.dirname(os.path.realpath(self._pyc))):
+            sys.path[0] = os.path.dirname(os.path.realpath(self._filename))
+        site = sys.modules.get("sitecustomize")
+        if getattr(site, "_autoitt_alone", False):
+            del sys.modules["sitecustomize"]  # there was none but autoitt's: `import sitecustomize` fails, as it would
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, value, tb) -> None:
+        """How the script ended, written for the profiler's run (only under ``with``: ``AUTOITT_EXIT_DIR``)."""
+        if value is None:
+            status = 0
+        elif isinstance(value, SystemExit):
+            status = _exit_status(value.code)
+        elif isinstance(value, KeyboardInterrupt):
+            status = 130  # what a shell reports for a run stopped by SIGINT
+        else:
+            status = 1  # an uncaught exception
+        _write_status(self._exit_dir, status)
+        # None: the exception goes on, as if there were no `with`
+
+
+def _exit_status(code) -> int:
+    """The status the process will exit with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    return code % 256 if isinstance(code, int) else 1
+
+
+def _write_pyc(path: str, code) -> None:
+    """``code`` as the .pyc at ``path``, written whole or not at all: every rank writes the same bytes, and Python
+    reads the file once it is in place. Python does not check a main .pyc's flags, date and size (12 bytes)."""
+    import marshal
+    from importlib.util import MAGIC_NUMBER
+
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(MAGIC_NUMBER + bytes(12) + marshal.dumps(code))
+    os.replace(temporary, path)
+
+
+def _write_status(exit_dir: "str | None", status: int) -> None:
+    if not exit_dir:
+        return
+    try:
+        os.makedirs(exit_dir, exist_ok=True)
+        with open(os.path.join(exit_dir, str(os.getpid())), "w") as handle:
+            handle.write(f"{status}\n")
+    except OSError:
+        pass  # never turn the script's own outcome into a launcher error
+
+
+def _fault_at_exit(results: str) -> None:
+    """At exit, after Python printed an uncaught exception (``sys.last_value``, set for any but ``SystemExit``):
+    if it was autoitt's, say so under it and note it in :data:`FAULT_FILE` for the summary."""
+    fault = _autoitt_fault(getattr(sys, "last_value", None))
+    if fault is not None:
+        _report_fault(fault, results)
+
+
+def _report_fault(fault: str, results: "str | None") -> None:
+    sys.stderr.write(f"autoitt: this error was raised by autoitt's instrumentation, not by your script "
+                     f"({fault}); it is a bug in autoitt: python {os.path.basename(sys.argv[0])} runs "
+                     "your script without it\n")
+    try:
+        with open(os.path.join(results, FAULT_FILE), "a") as handle:
+            handle.write(f"{os.getpid()}: {fault}\n")
+    except (OSError, TypeError):
+        pass  # never turn the script's outcome into another error

@@ -44,6 +44,8 @@ from typing import Dict, List, Optional, Tuple
 
 from .. import target
 from ..files import atomic_write
+from .. import launch
+from ..instrumentation import FILE as INSTRUMENTATION_FILE
 from ..launch import EXIT_DIR_VARIABLE
 from .commands import REPORTS, VTuneConfig, collect_command, report_command
 from .csv_reports import error_lines, run_report, warning_lines
@@ -115,7 +117,7 @@ def _status_line(run: AnalysisRun) -> str:
 def _collect(config: VTuneConfig, analysis: str, command: List[str], folder: Path,
              stdout_to_stderr: bool) -> AnalysisRun:
     exit_dir = folder / EXIT_DIR / analysis
-    env = dict(os.environ)
+    env = launch.environment(os.environ, config.script, config.results / INSTRUMENTATION_FILE)
     env[EXIT_DIR_VARIABLE] = str(exit_dir.resolve())
     log = folder / f"vtune-{analysis}.log"
     started = time.perf_counter()
