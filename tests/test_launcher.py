@@ -7,6 +7,7 @@ real ``autoitt profile`` in a subprocess and the built-in collector.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -222,14 +223,6 @@ def test_a_users_own_instrumenter_package_with_autoitts_runtime_module_names_is_
     assert [(s["label"], s["count"]) for s in steps] == [("step", 2 if options else 4)]
 
 
-def test_the_launcher_started_by_module_name_still_runs_a_copy(tmp_path):
-    script = tmp_path / "s.py"
-    script.write_text("import sys\nprint(__file__, sys.argv[1:], sys.path[0])\n")
-    done = subprocess.run([sys.executable, "-m", "instrumenter.launch", str(script), str(script), "a"],
-                          capture_output=True, text=True)
-    assert done.stdout.split() == [str(script), "['a']", str(tmp_path)]
-
-
 def test_ctrl_c_ends_the_run_by_sigint_as_python_does_showing_only_the_users_frames(tmp_path):
     import signal
 
@@ -243,8 +236,10 @@ def test_ctrl_c_ends_the_run_by_sigint_as_python_does_showing_only_the_users_fra
                       "for step in range(3):\n    Loss().backward()\n")
     folder.mkdir()
     prepare(load_project(script, Mode()), folder)
-    command = launch.command(copy_path(script, folder), script, [], folder / "instrumentation.json")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    # the command autoitt runs (python <folder>/stopped.autoitt.pyc) in the environment it runs it in
+    command = launch.command(script, [], folder / "instrumentation.json")
+    env = launch.environment(os.environ, script, folder / "instrumentation.json")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGINT
     assert _frames(done.stderr + "\n") == [(str(script), "7", "Loss().backward()"),
                                            (str(script), "3", "raise KeyboardInterrupt")]

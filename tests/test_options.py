@@ -191,8 +191,9 @@ def test_code_too_deep_in_one_function_leaves_the_other_functions_marked():
 
 # -- command lines under --launcher (pure: nothing runs) -----------------------------------------------------------
 
-#: What autoitt runs per rank: its interpreter running its launcher script, which runs the copy as the script.
-TARGET = ("/venv/bin/python", "/autoitt/launch/__main__.py", "/runs/t-1/train_itt.py", "train.py", "--epochs", "1")
+#: What autoitt runs per rank: its interpreter running the script's .pyc, which the process's sitecustomize
+#: writes from the copy (see instrumenter.launch; no launcher script any more): the script's arguments follow it.
+TARGET = ("/venv/bin/python", "/runs/t-1/train.autoitt.pyc", "--epochs", "1")
 VTUNE_COMMAND = ("/opt/vtune", "-collect", "hotspots", "--", *TARGET)
 
 
@@ -231,16 +232,15 @@ def test_accelerate_launch_is_given_no_python_and_autoitts_interpreter(launcher)
 def test_deepspeed_gives_the_script_its_local_rank_where_deepspeed_would():
     """deepspeed puts --local_rank=N right after the script it runs: that would be autoitt's launcher script, so
     it is given --no_local_rank and the user's script gets --local_rank=$LOCAL_RANK ahead of its arguments."""
-    at = TARGET.index("train.py") + 1
+    at = TARGET.index("/runs/t-1/train.autoitt.pyc") + 1
     command = under_launcher(["deepspeed", "--num_gpus", "2"], TARGET, args_at=at)
     assert command[:6] == ("deepspeed", "--no_python", "--no_local_rank", "--num_gpus", "2", "sh")
     script = command[7]
     assert command[6::2] == ("-c", "sh", "1") and command[-2] == "--epochs"
-    assert script == ('exec /venv/bin/python -u /autoitt/launch/__main__.py /runs/t-1/train_itt.py train.py '
-                      '--local_rank="$LOCAL_RANK" "$@"')
+    assert script == 'exec /venv/bin/python -u /runs/t-1/train.autoitt.pyc --local_rank="$LOCAL_RANK" "$@"'
     done = subprocess.run(["sh", "-c", script.replace("exec ", "exec echo ", 1), "sh", "--epochs", "1 2"],
                           env={"LOCAL_RANK": "3"}, capture_output=True, text=True)
-    assert done.stdout.split()[-5:] == ["train.py", "--local_rank=3", "--epochs", "1", "2"]
+    assert done.stdout.split()[-5:] == ["/runs/t-1/train.autoitt.pyc", "--local_rank=3", "--epochs", "1", "2"]
     assert under_launcher(["deepspeed", "--no_local_rank", "--num_gpus", "2"], TARGET, args_at=at) == (
         "deepspeed", "--no_python", "--no_local_rank", "--num_gpus", "2", *UNBUFFERED)
     assert "--no_local_rank" in vtune_launcher_problem(["deepspeed", "--num_gpus", "2"])

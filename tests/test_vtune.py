@@ -37,7 +37,8 @@ from tests.test_profile import autoitt as run_autoitt
 STANDIN = ROOT / "tests" / "vtune_standin"
 VTUNE = "/opt/intel/oneapi/vtune/latest/bin64/vtune"
 PYTHON = "/nonexistent/venv/bin/python"
-TARGET = (PYTHON, "-m", "instrumenter.launch", "/runs/train-1/train_itt.py", "train.py", "--epochs", "1")
+#: The target as autoitt runs it (instrumenter.launch.command): the script's .pyc in the result folder, its arguments.
+TARGET = (PYTHON, "/runs/train-1/train.autoitt.pyc", "--epochs", "1")
 
 
 def config(launcher=(), **options) -> VTuneConfig:
@@ -113,7 +114,7 @@ def test_under_torchrun_vtune_runs_as_a_program_with_a_result_folder_per_rank():
 
 
 def test_each_torchrun_ranks_shell_expands_its_rank_and_nothing_else(tmp_path):
-    target = ("/my venv/bin/python", "-m", "instrumenter.launch", "/r/c.py", "s.py", "$HOME", "it's")
+    target = ("/my venv/bin/python", "/r/s.autoitt.pyc", "$HOME", "it's")
     spaced = VTuneConfig(vtune="/opt/my vtune/vtune", target=target, copy=Path("/r/c.py"), script=Path("/s/s.py"),
                          results=tmp_path / "my results", launcher=("torchrun",))
     command = collect_command(spaced, "uarch")
@@ -126,7 +127,7 @@ def test_each_torchrun_ranks_shell_expands_its_rank_and_nothing_else(tmp_path):
 
 
 def test_paths_with_spaces_stay_single_arguments():
-    target = ("/my venv/bin/python", "-m", "instrumenter.launch", "/my runs/t 1/train_itt.py", "my train.py")
+    target = ("/my venv/bin/python", "/my runs/t 1/my train.autoitt.pyc")
     spaced = VTuneConfig(vtune="/opt/my vtune/vtune", target=target, copy=Path("/my runs/t 1/train_itt.py"),
                          script=Path("/my src/my train.py"), results=Path("/my runs/t 1"))
     command = collect_command(spaced, "hotspots")
@@ -145,7 +146,7 @@ def test_search_dir_is_the_folder_of_the_interpreter_that_really_runs(tmp_path):
     link = tmp_path / "venv" / "bin" / "python"
     link.parent.mkdir(parents=True)
     link.symlink_to(real)
-    linked = VTuneConfig(vtune=VTUNE, target=(str(link), "-m", "instrumenter.launch", "c.py", "s.py"),
+    linked = VTuneConfig(vtune=VTUNE, target=(str(link), "s.autoitt.pyc"),
                          copy=Path("/r/c.py"), script=Path("/s/s.py"), results=Path("/r"))
     command = collect_command(linked, "hotspots")
     assert command[command.index("-search-dir") + 1] == str(real.parent)
@@ -331,14 +332,24 @@ def test_functions_in_the_copy_are_shown_at_the_original_scripts_lines(tmp_path)
 # -- the launcher's exit code file ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, code", [("print('ok')", 0), ("import sys; sys.exit(7)", 7),
-                                        ("raise RuntimeError('diverged')", 1), ("import sys; sys.exit('bye')", 1)])
+                                        ("raise RuntimeError('diverged')", 1), ("import sys; sys.exit('bye')", 1),
+                                        ("raise KeyboardInterrupt", 130)])
 def test_the_launcher_records_the_scripts_exit_code_per_process(tmp_path, body, code):
-    script = tmp_path / "s.py"
+    """Run as autoitt runs it (the .pyc, in launch.environment), with AUTOITT_EXIT_DIR as VTune's backend sets it."""
+    from instrumenter import launch
+    from instrumenter.profiling import prepare
+    from instrumenter.project import load_project
+    from transforms import Mode
+
+    script, folder = tmp_path / "s.py", tmp_path / "out"
     script.write_text(body + "\nimport os; print('env', os.environ.get('AUTOITT_EXIT_DIR'))\n")
-    env = {**os.environ, EXIT_DIR_VARIABLE: str(tmp_path / "exit")}
-    done = subprocess.run([sys.executable, "-m", "instrumenter.launch", str(script), str(script)], env=env,
+    folder.mkdir()
+    prepare(load_project(script, Mode(launched=True)), folder)
+    env = launch.environment(os.environ, script, folder / "instrumentation.json")
+    env[EXIT_DIR_VARIABLE] = str(tmp_path / "exit")
+    done = subprocess.run(launch.command(script, [], folder / "instrumentation.json"), env=env,
                           capture_output=True, text=True)
-    assert done.returncode == code
+    assert done.returncode == (-2 if code == 130 else code)  # Ctrl-C still ends the process by SIGINT
     written = list((tmp_path / "exit").iterdir())
     assert len(written) == 1 and written[0].read_text().strip() == str(code)
     if code == 0:

@@ -20,6 +20,20 @@ nothing the script could import.
 """
 
 
+def _after_this_folder() -> list:
+    """The entries of sys.path after this folder's: where the sitecustomize this one stands in front of is (a
+    tool that put its own in front of autoitt's, and runs the next one as this one does, is not run twice)."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    at = [i for i, p in enumerate(sys.path) if os.path.abspath(p or ".") == here]
+    return sys.path[at[0] + 1:] if at else list(sys.path)
+
+
+_AFTER = _after_this_folder()
+
+
 def _autoitt() -> None:
     import os
     import sys
@@ -65,11 +79,9 @@ def _the_next_sitecustomize() -> None:
     import os
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _AFTER)
     module = sys.modules[__name__]
-    for name in ("_autoitt", "_the_next_sitecustomize"):
+    for name in ("_autoitt", "_the_next_sitecustomize", "_after_this_folder", "_AFTER"):
         module.__dict__.pop(name, None)
     if spec is None or spec.loader is None:
         module._autoitt_alone = True  # taken out of sys.modules before the script's first line, in the main process

@@ -39,3 +39,21 @@ if _OUTPUT:
 
     threading.Thread(target=_sample, daemon=True, name="autoitt-standin-sampler").start()
     atexit.register(_write)
+
+
+def _the_next_sitecustomize():
+    """The sitecustomize this one stands in front of (autoitt's, which makes the target run the copy), as a tool
+    that puts its own first on PYTHONPATH must: found on sys.path after this folder."""
+    import importlib.machinery
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    at = [i for i, p in enumerate(sys.path) if os.path.abspath(p or ".") == here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path[at[0] + 1:] if at else [])
+    if spec is not None and spec.loader is not None:
+        module = type(sys)("sitecustomize")
+        module.__file__, module.__spec__, module.__loader__ = spec.origin, spec, spec.loader
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_the_next_sitecustomize()
