@@ -51,7 +51,8 @@ def _start(folder: Path, script: str = ENDLESS) -> subprocess.Popen:
 
 
 def _script_pids(folder: Path):
-    found = subprocess.run(["pgrep", "-f", str(folder / "out" / "instrumentation.json")],
+    # the script's process runs python <result folder>/train.autoitt.pyc (instrumenter.launch.command)
+    found = subprocess.run(["pgrep", "-f", str(folder / "out" / "train.autoitt.pyc")],
                            capture_output=True, text=True).stdout.split()
     return [int(pid) for pid in found]
 
