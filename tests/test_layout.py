@@ -95,7 +95,9 @@ def test_transforms_never_imports_the_application():
 
 #: What runs inside the user's process, and what each may import besides the standard library.
 IN_THE_USERS_PROCESS = {
-    "instrumenter/launch/__main__.py": set(),  # run by path: nothing of autoitt's, not even relatively
+    "instrumenter/launch/__main__.py": set(),  # loaded by path: nothing of autoitt's, not even relatively
+    "instrumenter/launch/copies.py": set(),  # loaded by path by __main__.py
+    "instrumenter/launch/site/sitecustomize.py": set(),
     "instrumenter/collection.py": {"ittapi", "instrumenter.libraries", "instrumenter.closures"},
     "instrumenter/window.py": {"ittapi", "instrumenter.collection", "instrumenter.libraries", "instrumenter.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 
 import libcst as cst
+from pathlib import Path
+
 import pytest
 
 from transforms import WINDOW_CLASS, WINDOW_MODULE
@@ -73,10 +75,14 @@ def test_the_launcher_provides_the_runtime_package_launched_copies_import():
     from instrumenter.launch import __main__ as launcher
 
     assert launcher.RUNTIME_PACKAGE == LAUNCHED_RUNTIME_PACKAGE
-    # The launcher cannot import its package: the names of its command line (and its files) are written twice.
-    assert (launcher.EXIT_DIR_VARIABLE, launcher.INSTRUMENTATION_OPTION, launcher.FAULT_FILE) == (
-        instrumenter.launch.EXIT_DIR_VARIABLE, instrumenter.launch.INSTRUMENTATION_OPTION,
-        instrumenter.launch.FAULT_FILE)
+    # The launcher cannot import its package: the names of its variables, its files and what the placeholder .pyc
+    # says are written twice.
+    names = ("EXIT_DIR_VARIABLE", "INSTRUMENTATION_VARIABLE", "ENTRY_VARIABLE", "MAIN_VARIABLE", "SCRIPT_VARIABLE",
+             "FAULT_FILE", "NO_SITECUSTOMIZE")
+    assert [getattr(launcher, name) for name in names] == [getattr(instrumenter.launch, name) for name in names]
+    assert launcher.SITE_DIR == str(instrumenter.launch.SITE_DIR)
+    assert launcher.main_file("/r/t-1/instrumentation.json", "/src/my.train.py") == str(
+        instrumenter.launch.main_file(Path("/r/t-1/instrumentation.json"), Path("my.train.py")))
 
 
 def test_a_launched_copy_imports_the_runtime_from_the_launchers_package_and_is_still_recognised():

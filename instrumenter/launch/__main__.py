@@ -1,49 +1,23 @@
 """Runs an instrumented copy as ``python SCRIPT ARGS`` runs the original: the program sees only its own frames.
 
-autoitt's command is ``python [FLAGS] <results>/<stem>.autoitt.pyc ARGS``
-(:func:`instrumenter.launch.command`), with ``site/`` first on ``PYTHONPATH``
-and variables naming the run's ``instrumentation.json``, that ``.pyc`` and the
-script as the user named it (:func:`instrumenter.launch.environment`). No
-launcher script is in it: Python imports ``site/sitecustomize.py`` before it
-opens the main file, and in the main process that loads this module (without
-``sys.modules``: nothing the script could import) and calls :func:`enter_main`,
-which
+autoitt runs ``python [FLAGS] <results>/<stem>.autoitt.pyc ARGS`` with ``site/`` first on PYTHONPATH and
+variables naming instrumentation.json, that .pyc and the script as the user named it (``instrumenter.launch``).
+Python imports ``site/sitecustomize.py`` before it opens the main file; in the main process that loads this
+module (not into ``sys.modules``) and calls :func:`enter_main`, which compiles the copy under the original's
+file name, lines and columns (tracebacks, warnings and ``inspect`` show the user's file and source) with a
+*prologue* first (no line of its own: a tracer sees the original's line events), writes it as that .pyc,
+installs the import hook that runs the local modules' copies (Python's own ``SourceFileLoader`` with the
+copy's code, no bytecode written), provides the package ``_autoitt`` the copies import autoitt's runtime from
+(a name no package of the user's can shadow), and puts the prologue's function in ``sys.modules`` as
+``_autoitt_main``. The prologue pops and calls it in the script's own frame before its first instruction:
+``__main__.__file__``, ``__loader__``, ``sys.argv[0]``, ``sys.orig_argv`` and ``sys.path[0]`` become what
+``python SCRIPT`` gives. Nothing of autoitt's stays on the stack, in ``sys.modules`` or in the hooks.
 
-* compiles the copy under the original's file name, with the original's line
-  numbers (and columns): tracebacks, warnings and ``inspect`` show the user's
-  file, lines and source, never the copy's. A *prologue* goes first in the
-  module's code (after its docstring and ``__future__`` imports), with no line
-  number of its own, so a tracer sees the same line events as for the original;
-* writes that code as the ``.pyc`` Python is about to run (atomically: every
-  rank writes the same bytes);
-* installs the import hook that runs the instrumented copy of each local module
-  in place of the original (Python's own ``SourceFileLoader`` with the copy's
-  code: the module keeps its name, ``__file__``, ``__cached__`` and package,
-  import frames are left out of tracebacks as Python leaves them out, and no
-  bytecode is written), and provides the package ``_autoitt`` the copies import
-  autoitt's runtime from (``from _autoitt.collection import Collection``):
-  autoitt's own modules under a name no package of the user's can shadow;
-* puts the prologue's function in ``sys.modules`` as ``_autoitt_main``. The
-  prologue pops it and calls it, in the module's own frame, before the script's
-  first instruction: it makes ``__main__.__file__``, ``__loader__``,
-  ``sys.argv[0]``, the script's entry of ``sys.orig_argv`` and ``sys.path[0]``
-  what ``python SCRIPT`` gives (Python set them for the ``.pyc``). Nothing of
-  autoitt's stays on the stack, in ``sys.modules`` or in the hooks.
-
-When ``AUTOITT_EXIT_DIR`` is set (VTune), the script's body is also the body
-of a ``with`` on what the prologue returns: its ``__exit__`` sees how the script
-ended and writes the exit code to ``$AUTOITT_EXIT_DIR/<pid>`` (a profiler that
-runs the script returns its own exit code: this file is how autoitt tells a
-failing script from a failing profiler, per process). Without it, no wrapper.
-
-An uncaught error raised by autoitt's own code (:func:`_autoitt_fault`) is said
-to be autoitt's once Python has printed it (an ``atexit`` callback reads
-``sys.last_value``: ``sys.excepthook`` stays Python's), and noted in
-:data:`FAULT_FILE` beside ``instrumentation.json`` for the summary.
-
-If the ``.pyc`` runs without the sitecustomize (``-E``, ``-I`` or ``-S`` in a
-launcher's interpreter flags, or a launcher that does not pass ``PYTHONPATH``
-on), the prologue finds no ``_autoitt_main`` and exits saying so.
+With ``AUTOITT_EXIT_DIR`` (VTune, which returns its own exit code) the body runs inside a ``with`` on what the
+prologue returns, whose ``__exit__`` writes the script's exit code to ``$AUTOITT_EXIT_DIR/<pid>``; without it,
+no wrapper. An uncaught error raised by autoitt's own code is said to be autoitt's after Python printed it
+(an ``atexit`` callback reads ``sys.last_value``; ``sys.excepthook`` stays Python's) and noted in
+:data:`FAULT_FILE`. Run without the sitecustomize (``-E``/``-I``/``-S``), the prologue exits saying so.
 
 Stdlib only: this module runs inside the user's training process.
 """
@@ -54,9 +28,7 @@ Stdlib only: this module runs inside the user's training process.
 # loads at start-up is). sys.path[0] is not the script's folder yet when they are imported.
 import builtins
 import importlib.machinery
-import json
 import os
-import re
 import sys
 import types
 
@@ -67,189 +39,22 @@ MAIN_VARIABLE = "AUTOITT_MAIN"
 SCRIPT_VARIABLE = "AUTOITT_MAIN_SCRIPT"
 #: Set by run_copy_instead: a process of the run that started the script again, whose .pyc is already written.
 AGAIN_VARIABLE = "AUTOITT_MAIN_AGAIN"
-#: The name the prologue pops from sys.modules and calls (see _prologue).
-PROLOGUE_MODULE = "_autoitt_main"
-#: What the prologue says when it runs without the sitecustomize having prepared it.
-NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitecustomize (python -E, -I or -S, or a "
-                    "launcher that does not pass PYTHONPATH and the AUTOITT_ variables on to the script's process); "
-                    "run the script's processes without those flags")
-#: The package the copies import autoitt's runtime from (transforms' LAUNCHED_RUNTIME_PACKAGE): autoitt's own
-#: ``instrumenter`` folder under a name of autoitt's (see _provide_runtime).
-RUNTIME_PACKAGE = "_autoitt"
-
-_NEWLINE = re.compile(rb"\r\n|\r|\n")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class _Lines:
-    """The ``line_map`` of one copy (see ``transforms.LineMap``), with both files' indentation.
-
-    Maps a position in the copy to the same code in the original: the line,
-    and the column less the indentation the rewrite added to that line.
-    """
-
-    def __init__(self, line_map: dict, copy: bytes, original: bytes) -> None:
-        self.inserted = {int(c): int(o) for c, o in line_map["inserted"]}
-        self.copy_indent = [_indent(line) for line in _NEWLINE.split(copy)]
-        self.original_lines = _NEWLINE.split(original)
-        self.lines = [0]  # copy line -> original line: an inserted one's own, else the next of the original
-        shown = 0
-        for number in range(1, int(line_map["copy_lines"]) + 1):
-            if number in self.inserted:
-                self.lines.append(self.inserted[number])
-            else:
-                shown += 1
-                self.lines.append(shown)
-
-    def line(self, copy_line: int) -> int:
-        return self.lines[copy_line] if copy_line < len(self.lines) else copy_line
-
-    def column(self, copy_line: int, column: int, end: bool) -> int:
-        line = self.line(copy_line)
-        original = self.original_lines[line - 1] if line <= len(self.original_lines) else b""
-        if copy_line in self.inserted:  # autoitt's own line: the whole original line it is shown as
-            return len(original) if end else _indent(original)
-        shift = self.copy_indent[copy_line - 1] - _indent(original) if copy_line <= len(self.copy_indent) else 0
-        return max(column - shift, 0)
+def _beside(name: str):
+    """The module ``name``.py of this folder, loaded by its path and kept out of ``sys.modules`` (as this one)."""
+    loader = importlib.machinery.SourceFileLoader(f"_autoitt_launch_{name}", os.path.join(_HERE, f"{name}.py"))
+    module = types.ModuleType(loader.name)
+    module.__file__ = loader.path
+    loader.exec_module(module)
+    return module
 
 
-def _indent(line: bytes) -> int:
-    return len(line) - len(line.lstrip(b" \t\f"))
-
-
-def _compile(copy_path: str, filename: str, lines: "_Lines | None", main: "str | None" = None):
-    """The copy's code object, named ``filename``; with ``lines``, at the original's positions. ``main``:
-    the main script's, with the prologue (``"prologue"``) or the prologue as a ``with`` around the body
-    (``"with"``): see :func:`_prologue`."""
-    with open(copy_path, "rb") as handle:
-        data = handle.read()
-    if lines is None and main is None:
-        return compile(data, filename, "exec", dont_inherit=True)
-    import ast
-
-    tree = ast.parse(data, filename)
-    if main is not None:
-        _prologue(tree, ast, around=main == "with")
-    if lines is None:
-        return compile(tree, filename, "exec", dont_inherit=True)
-    for node in ast.walk(tree):
-        if getattr(node, "lineno", None) is None or getattr(node, "lineno", None) < 0:
-            continue  # the prologue: no line
-        if getattr(node, "end_lineno", None) is None:
-            continue
-        start = (lines.line(node.lineno), lines.column(node.lineno, node.col_offset, end=False))
-        end = (lines.line(node.end_lineno), lines.column(node.end_lineno, node.end_col_offset, end=True))
-        if end < start:  # a statement ending on a marker shown at its region's first line
-            end = start
-        (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset) = start, end
-    return compile(tree, filename, "exec", dont_inherit=True)
-
-
-def _prologue(tree, ast, around: bool) -> None:
-    """Put ``(sys.modules.pop('_autoitt_main', None) or sys.exit(NO_SITECUSTOMIZE))()`` first in the module
-    (after its docstring, which stays ``__doc__``, and its ``__future__`` imports, which must come first); with
-    ``around``, as ``with <that>:`` around the rest of the body. Its nodes have no line (-1): no "line" event for
-    a tracer or coverage, no line in any traceback; the body keeps its own lines and columns. Inside a ``with``
-    the module's names, ``global`` and annotations are the module's as before (a ``with`` is no scope)."""
-    body, at = tree.body, 0
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        at = 1
-    while at < len(body) and isinstance(body[at], ast.ImportFrom) and body[at].module == "__future__":
-        at += 1
-    call = ast.parse(f"(__import__('sys').modules.pop({PROLOGUE_MODULE!r}, None) or "
-                     f"__import__('sys').exit({NO_SITECUSTOMIZE!r}))()").body[0]
-    for node in ast.walk(call):
-        if hasattr(node, "lineno"):
-            node.lineno = node.end_lineno = node.col_offset = node.end_col_offset = -1
-    if around and body[at:]:
-        call = ast.With(items=[ast.withitem(context_expr=call.value, optional_vars=None)], body=body[at:],
-                        type_comment=None, lineno=-1, end_lineno=-1, col_offset=-1, end_col_offset=-1)
-    tree.body = body[:at] + [call] + ([] if isinstance(call, ast.With) else body[at:])
-
-
-class _Instrumentation:
-    """What ``instrumentation.json`` says about each file: which copy runs for it, and its line map."""
-
-    def __init__(self, path: str) -> None:
-        with open(path) as handle:
-            data = json.load(handle)
-        self.path = os.path.abspath(path)
-        self.files = {os.path.realpath(f["path"]): f for f in data["files"]}
-        self.entry = data["files"][0]
-
-    def lines_of(self, original: str, copy: str) -> "_Lines | None":
-        record = self.files.get(os.path.realpath(original))
-        if record is None or record["runs"] is None or not record["line_map"]["inserted"]:
-            return None
-        # A notebook's lines are those of its code cells' program, written beside the copy.
-        with open(copy, "rb") as handle, open(record.get("program") or original, "rb") as source:
-            return _Lines(record["line_map"], handle.read(), source.read())
-
-    def program_of(self, original: str) -> "str | None":
-        """A notebook's program (its code cells as Python): its code is compiled under that name, so tracebacks
-        show the program's lines, never the notebook's JSON."""
-        return self.files.get(os.path.realpath(original), {}).get("program")
-
-    def copies(self) -> dict:
-        """original -> copy, for the local modules that run from copies."""
-        return {path: f["runs"] for path, f in list(self.files.items())[1:] if f["runs"] is not None}
-
-
-class _CopyLoader(importlib.machinery.SourceFileLoader):
-    """A local module's loader: Python's own ``SourceFileLoader`` whose code is the copy's, compiled under the
-    original's name and lines. Python's ``exec_module`` runs it, so an error raised while the module is imported
-    shows the frames Python shows for any import (importlib's are left out), and the module is left with a plain
-    ``SourceFileLoader`` as ``__loader__``. ``get_code`` is this loader's: no bytecode is read or written, so a
-    later plain run cannot pick up markers; ``__cached__`` is what Python names."""
-
-    def __init__(self, name, path, copy, instrumentation) -> None:
-        super().__init__(name, path)
-        self.copy, self.instrumentation = copy, instrumentation
-
-    def get_code(self, fullname):
-        module = sys.modules.get(fullname)
-        if module is not None and getattr(module, "__loader__", None) is self:
-            plain = importlib.machinery.SourceFileLoader(fullname, self.path)
-            module.__loader__ = plain
-            if getattr(module, "__spec__", None) is not None and module.__spec__.loader is self:
-                module.__spec__.loader = plain
-        return _compile(self.copy, self.path, self.instrumentation.lines_of(self.path, self.copy))
-
-
-class _CopyFinder:
-    """Finds modules as usual, then swaps in the loader of their instrumented copy (a meta path finder)."""
-
-    def __init__(self, instrumentation: _Instrumentation) -> None:
-        self.instrumentation = instrumentation
-        self.copies = instrumentation.copies()
-
-    def find_spec(self, name, path=None, target=None):
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or not spec.origin:
-            return spec
-        copy = self.copies.get(os.path.realpath(spec.origin))
-        if copy is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            return spec
-        spec.loader = _CopyLoader(name, spec.origin, copy, self.instrumentation)
-        return spec
-
-    def invalidate_caches(self) -> None:
-        pass
-
-
-def _provide_runtime() -> None:
-    """autoitt's runtime as the package :data:`RUNTIME_PACKAGE`: a package module whose path is autoitt's own
-    ``instrumenter`` folder, so ``_autoitt.collection`` is that folder's ``collection.py``, imported when a copy
-    imports it (and its relative imports, ``.libraries``, stay inside ``_autoitt``). Neither the
-    ``instrumenter`` package nor its ``__init__`` is imported: a package of the user's of that name stays
-    theirs, and nothing of autoitt's runs before the copy asks for it."""
-    folder = os.path.dirname(_HERE)
-    spec = importlib.machinery.ModuleSpec(RUNTIME_PACKAGE, None, is_package=True)
-    spec.submodule_search_locations = [folder]
-    package = types.ModuleType(RUNTIME_PACKAGE, "autoitt's runtime, imported by the instrumented copies")
-    package.__spec__, package.__path__, package.__package__ = spec, [folder], RUNTIME_PACKAGE
-    sys.modules[RUNTIME_PACKAGE] = package
+_copies = _beside("copies")
+_Instrumentation, _compile = _copies._Instrumentation, _copies._compile
+PROLOGUE_MODULE, NO_SITECUSTOMIZE, RUNTIME_PACKAGE = (_copies.PROLOGUE_MODULE, _copies.NO_SITECUSTOMIZE,
+                                                      _copies.RUNTIME_PACKAGE)
 
 
 def _is_launcher(filename: str) -> bool:
@@ -329,17 +134,17 @@ def _hide_launcher_frames(results: "str | None" = None) -> None:
     sys.excepthook = excepthook
 
 
-def _install(instrumentation: _Instrumentation) -> None:
+def _install(instrumentation) -> None:
     """Everything the copies need in a multiprocessing child, before any of the script's code runs."""
     _hide_launcher_frames(os.path.dirname(os.path.abspath(instrumentation.path)))
     _install_copies(instrumentation)
 
 
-def _install_copies(instrumentation: _Instrumentation) -> None:
+def _install_copies(instrumentation) -> None:
     """The import hook for the local modules' copies, and the runtime package."""
     if instrumentation.copies():
-        sys.meta_path.insert(0, _CopyFinder(instrumentation))
-    _provide_runtime()
+        sys.meta_path.insert(0, _copies._CopyFinder(instrumentation))
+    _copies._provide_runtime()
 
 
 # -- processes the script starts ------------------------------------------------------------------
