@@ -28,7 +28,8 @@ Say = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Job:
-    """One run to collect: ``command`` runs ``copy`` as ``script`` (the launcher's command line)."""
+    """One run to collect: ``command`` runs ``copy`` as ``script`` (:func:`instrumenter.launch.command`, run in
+    :func:`instrumenter.launch.environment`)."""
 
     script: Path
     copy: Path

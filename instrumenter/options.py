@@ -104,13 +104,13 @@ def under_launcher(launcher: Sequence[str], command: Sequence[str], *, python: b
     (torchrun's ``--no-python``, the others' ``--no_python``). So under them
     that flag is added right after the launcher's words unless the user gave
     it, and ``command`` runs whole: its own interpreter, autoitt's, runs
-    autoitt's launcher script in every rank, and a program (``vtune ...``,
+    the script's .pyc in every rank, and a program (``vtune ...``,
     ``python=False``) is not run as a Python script. A ``python`` command gets
     ``-u`` (unbuffered output), as torchrun and deepspeed give the scripts they
     run, unless the user gave the flag (the command then runs as it is).
 
     deepspeed also passes the script ``--local_rank=N`` ahead of its
-    arguments, which would land before autoitt's launcher script: unless
+    arguments, which would land before the script's .pyc: unless
     the user gave ``--no_local_rank``, it is given that flag and the script
     gets ``--local_rank=$LOCAL_RANK`` (the same number) where deepspeed puts
     it, at ``args_at`` in ``command`` (where the script's own arguments begin),

@@ -1,8 +1,8 @@
 """``autoitt profile`` and ``autoitt report``: the profiling pipeline from a script to its summary.
 
 instrument (:mod:`instrumenter.project`, into the result folder) -> record
-what the rewrite decided (``instrumentation.json``) -> run the copy through
-the launcher under one backend -> record how the run went (``run.json``) ->
+what the rewrite decided (``instrumentation.json``) -> run the copy as the
+script (:mod:`instrumenter.launch`: ``python <stem>.autoitt.pyc ARGS``) under one backend -> record how the run went (``run.json``) ->
 the backend reads its results into a :class:`~instrumenter.summary.Summary`
 -> the backend renders it. ``report`` starts again from the two records.
 """

@@ -72,8 +72,9 @@ def test_pytorch_operators_are_recorded_nested_inside_step_tasks(torch_run):
 def test_result_folder_keeps_copy_diff_loops_and_outputs(torch_run):
     folder, _, _ = torch_run
     names = {p.name for p in folder.iterdir()}
-    assert {"torch_train_itt.py", "instrument.diff", "loops.json", "run.json", "trace.json", "summary.json",
-            "steps.svg", "itt"} <= names
+    # torch_train.autoitt.pyc: the copy compiled as the script, which the run executed (python PYC ARGS)
+    assert {"torch_train_itt.py", "torch_train.autoitt.pyc", "instrument.diff", "loops.json", "run.json",
+            "trace.json", "summary.json", "steps.svg", "itt"} <= names
     assert [r["role"] for r in json.loads((folder / "loops.json").read_text())] == ["epoch", "step", "eval"]
     assert "+" in (folder / "instrument.diff").read_text()
 

@@ -1,6 +1,6 @@
 """The built-in backend: autoitt's own ITT collector records every ITT task of the run; no VTune needed.
 
-run: the launcher's command with the collector attached (:mod:`instrumenter.collector`),
+run: the copy's command (:func:`instrumenter.launch.command`, in its environment) with the collector attached (:mod:`instrumenter.collector`),
 each process writing ``itt/itt-<pid>.bin`` (format: :mod:`.tracefile`);
 read: traces -> one streaming pass (:mod:`.aggregate`) -> statistics (:mod:`.taskstats`),
 the timeline's window (:mod:`.timeline`), ``trace.json`` (:mod:`.chrome_trace`), ``steps.svg``

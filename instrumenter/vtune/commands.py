@@ -7,7 +7,7 @@ then microarchitecture exploration with memory bandwidth, on the same target::
 
     vtune -collect hotspots -start-paused -knob sampling-mode=sw -knob enable-stack-collection=true
           -search-dir <interpreter dir> -source-search-dir <copy dir> -source-search-dir <script dir>
-          -data-limit 0 -result-dir <results>/hotspots -- <python> <launcher> COPY SCRIPT ARGS
+          -data-limit 0 -result-dir <results>/hotspots -- <python> <results>/<stem>.autoitt.pyc ARGS
     vtune -collect uarch-exploration -start-paused -knob collect-memory-bandwidth=true ... <results>/uarch ...
 
 Under ``--launcher`` every rank runs its own vtune: ``mpirun -n 4 vtune ...``,
@@ -49,8 +49,8 @@ class VTuneConfig:
     """One profile's collection: the options plus every path the command lines name."""
 
     vtune: str
-    #: The target, exactly as the built-in backend runs it: the launcher's command
-    #: (:func:`instrumenter.launch.command`), ``(python, <launcher>, ..., COPY, SCRIPT, *ARGS)``.
+    #: The target, exactly as the built-in backend runs it (:func:`instrumenter.launch.command`; collect.py runs
+    #: it in :func:`instrumenter.launch.environment`): ``(python, <results>/<stem>.autoitt.pyc, *ARGS)``.
     target: Tuple[str, ...]
     copy: Path
     script: Path
@@ -93,7 +93,7 @@ def _knobs(analysis: str, sampling_mode: str) -> List[str]:
 
 
 def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
-    """``[launcher...] vtune -collect ... -- <the target: python, the launcher, COPY SCRIPT ARGS>``.
+    """``[launcher...] vtune -collect ... -- <the target: python, <stem>.autoitt.pyc, ARGS>``.
 
     Under torchrun (or ``accelerate launch``, ``deepspeed``), its "no python" flag is added
     (:func:`~instrumenter.options.under_launcher`)
