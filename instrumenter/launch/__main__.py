@@ -258,7 +258,13 @@ def enter_main(pyc: str, path: str) -> None:
             _write_status(exit_dir, 1)
             sys.stderr.flush()
             os._exit(1)
-        _write_pyc(pyc, code)
+        try:
+            _write_pyc(pyc, code)
+        except OSError as error:  # (a full disk): said as it is, not as a copy run without autoitt's set-up
+            sys.stderr.write(f"autoitt: cannot write {pyc}, the script's code: {error.strerror or error}\n")
+            _write_status(exit_dir, 1)
+            sys.stderr.flush()
+            os._exit(1)
     _install_copies(instrumentation)
     import atexit
 
@@ -317,12 +323,12 @@ def _exit_status(code) -> int:
 
 
 def _write_pyc(path: str, code) -> None:
-    """``code`` as the .pyc at ``path``, written whole or not at all: every rank writes the same bytes, and Python
-    reads the file once it is in place. Python does not check a main .pyc's flags, date and size (12 bytes)."""
+    """``code`` as the .pyc at ``path``, written whole or not at all: every rank writes the same code, and each
+    Python reads a whole file, its own or another rank's. Python does not check a main .pyc's flags, date and size (12 bytes)."""
     import marshal
     from importlib.util import MAGIC_NUMBER
 
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = f"{path}.{os.uname().nodename}.{os.getpid()}.tmp"  # ranks on other hosts may share the folder
     with open(temporary, "wb") as handle:
         handle.write(MAGIC_NUMBER + bytes(12) + marshal.dumps(code))
     os.replace(temporary, path)

@@ -106,8 +106,9 @@ def _prologue(tree, ast, around: bool) -> None:
     for node in ast.walk(call):
         if hasattr(node, "lineno"):
             node.lineno = node.end_lineno = node.col_offset = node.end_col_offset = -1
-    if around and body[at:]:
-        call = ast.With(items=[ast.withitem(context_expr=call.value, optional_vars=None)], body=body[at:],
+    if around:  # (a script of a docstring alone still ends inside it: its exit code is written)
+        rest = body[at:] or [ast.Pass(lineno=-1, end_lineno=-1, col_offset=-1, end_col_offset=-1)]
+        call = ast.With(items=[ast.withitem(context_expr=call.value, optional_vars=None)], body=rest,
                         type_comment=None, lineno=-1, end_lineno=-1, col_offset=-1, end_col_offset=-1)
     tree.body = body[:at] + [call] + ([] if isinstance(call, ast.With) else body[at:])
 
