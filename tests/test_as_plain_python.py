@@ -118,6 +118,28 @@ def test_the_stack_inspect_traceback_and_faulthandler_show_is_the_one_python_sho
     assert _normalized(profiled, tmp_path) == _normalized(plain, tmp_path)
 
 
+def test_inside_the_exit_code_wrapper_vtune_runs_the_stack_is_still_the_scripts_own(tmp_path):
+    """With AUTOITT_EXIT_DIR (the VTune backend) the body runs inside a ``with``: no frame, no line of its own."""
+    from instrumenter import launch
+    from instrumenter.profiling import prepare
+    from instrumenter.project import load_project
+    from transforms import Mode
+
+    script, folder = _project(tmp_path) / "train.py", tmp_path / "out"
+    folder.mkdir()
+    prepare(load_project(script, Mode(launched=True)), folder)
+    env = launch.environment({**os.environ, "REPORT": "profiled.txt"}, Path("train.py"), folder / "instrumentation.json")
+    env[launch.EXIT_DIR_VARIABLE] = str(tmp_path / "exit")
+    done = subprocess.run(launch.command(Path("train.py"), ["x"], folder / "instrumentation.json"), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    plain = subprocess.run([sys.executable, "train.py", "x"], cwd=tmp_path, env={**os.environ, "REPORT": "plain.txt"},
+                           capture_output=True, text=True, timeout=300)
+    assert done.returncode == plain.returncode == 0, done.stderr
+    assert [p.read_text() for p in (tmp_path / "exit").iterdir()] == ["0\n"]
+    assert _normalized((tmp_path / "profiled.txt").read_text(), tmp_path) == \
+        _normalized((tmp_path / "plain.txt").read_text(), tmp_path)
+
+
 def test_main_argv_path_and_loader_are_as_under_python_script(tmp_path):
     """Every line of the report after the stacks: sys.argv, __file__ (absolute), sys.path[0], __loader__ (a
     SourceFileLoader of the script), __spec__ and __cached__ (None), __doc__, sys.orig_argv's tail, the local

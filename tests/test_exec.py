@@ -69,7 +69,8 @@ RESTARTS_ITSELF = textwrap.dedent(
         optimizer.zero_grad()
         model(torch.ones(8)).sum().backward()
         optimizer.step()
-    print("second image", os.getpid(), torch.get_num_threads(), sys.argv, __file__, sys.stdout.write_through)
+    print("second image", os.getpid(), torch.get_num_threads(), sys.argv, __file__, sys.stdout.write_through,
+          len(__import__("inspect").stack()), sys.orig_argv[1:], sys.path[0])
     """
 )
 
@@ -113,6 +114,8 @@ def test_a_restart_wrapper_that_execs_the_script_again_runs_its_copy(tmp_path):
     summary, stderr = _profile(tmp_path, RESTARTS_ITSELF, "a")
     first = stderr.split("first image ")[1].split()[0]
     # the same process (pid), the same interpreter options (-u), the script's own argv and __file__
-    assert f"second image {first} 1 ['train.py', 'a'] {tmp_path / 'train.py'} True" in stderr
+    # and, as in the first image, only its own frame on the stack, its orig_argv and sys.path[0] as without autoitt
+    assert (f"second image {first} 1 ['train.py', 'a'] {tmp_path / 'train.py'} True 1 ['-u', 'train.py', 'a'] "
+            f"{tmp_path}") in stderr
     assert plain.stdout.split("second image ")[1].split(" ", 1)[1] == stderr.split(f"second image {first} ")[1].split("\n")[0] + "\n"
     assert _steps(summary) == [("step", 6)]

@@ -211,7 +211,11 @@ def test_the_copy_sees_the_originals_file_argv_and_path(tmp_path):
     elsewhere.mkdir()
     done = autoitt("profile", "-r", str(tmp_path / "out"), "../where.py", "--flag", cwd=elsewhere)
     assert done.returncode == 3
-    assert f"file {script}" in done.stdout
+    # __file__ as Python makes it for `python ../where.py`: the working directory joined to the path as typed, not
+    # normalized (the launcher used to normalize it: os.path.abspath)
+    assert f"file {elsewhere / '..' / 'where.py'}" in done.stdout
+    plain = subprocess.run([sys.executable, "../where.py", "--flag"], cwd=elsewhere, capture_output=True, text=True)
+    assert plain.stdout in done.stdout
     assert "argv ['../where.py', '--flag']" in done.stdout
     assert f"path0 {tmp_path}" in done.stdout
     assert "data 1" in done.stdout
