@@ -212,13 +212,16 @@ USER_SITE = textwrap.dedent(
 
 
     sys.settrace(tracer)
+    if any(arg.endswith("plain.py") for arg in sys.orig_argv):
+        print("the user's sitecustomize sees", sys.argv, sys.orig_argv[1:])
     atexit.register(lambda: events and print("events", events))  # (autoitt's own process runs no plain.py)
     """
 )
 
 
 def test_a_tracer_the_users_sitecustomize_sets_sees_the_scripts_line_events_only(tmp_path):
-    """The user's own sitecustomize (on PYTHONPATH behind autoitt's) runs before the script, as it would; the
+    """The user's own sitecustomize (on PYTHONPATH behind autoitt's) runs before the script, as it would, and sees
+    the script's sys.argv and sys.orig_argv; the
     prologue autoitt puts first in the script's code has no line: the tracer sees the lines it sees without
     autoitt. (The script has no loop: nothing is instrumented, the prologue alone differs.)"""
     site = tmp_path / "site"
@@ -234,6 +237,8 @@ def test_a_tracer_the_users_sitecustomize_sets_sees_the_scripts_line_events_only
     assert events and events[0].startswith("events [('call', 0), ('line', 1), ('line', 2), ('line', 3)")
     assert [line for line in done.stdout.splitlines() + done.stderr.splitlines() if line.startswith("events")] \
         == events
+    seen = "the user's sitecustomize sees ['plain.py'] ['plain.py']"
+    assert seen in plain.stdout.splitlines() and seen in done.stdout.splitlines()
 
 
 @pytest.mark.parametrize("flag", ["-E", "-I", "-S"])

@@ -266,6 +266,10 @@ def enter_main(pyc: str, path: str) -> None:
             sys.stderr.flush()
             os._exit(1)
     _install_copies(instrumentation)
+    # Already now, for a sitecustomize of the user's (it runs next): the prologue sets them again, with the rest.
+    sys.argv[0] = script
+    if 0 < len(sys.orig_argv) - len(sys.argv) < len(sys.orig_argv):
+        sys.orig_argv[len(sys.orig_argv) - len(sys.argv)] = script
     import atexit
 
     atexit.register(_fault_at_exit, os.path.dirname(instrumentation.path))
