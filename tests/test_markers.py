@@ -78,7 +78,7 @@ def test_the_launcher_provides_the_runtime_package_launched_copies_import():
     # The launcher cannot import its package: the names of its variables, its files and what the placeholder .pyc
     # says are written twice.
     names = ("EXIT_DIR_VARIABLE", "INSTRUMENTATION_VARIABLE", "ENTRY_VARIABLE", "MAIN_VARIABLE", "SCRIPT_VARIABLE",
-             "FAULT_FILE", "NO_SITECUSTOMIZE")
+             "AGAIN_VARIABLE", "FAULT_FILE", "NO_SITECUSTOMIZE")
     assert [getattr(launcher, name) for name in names] == [getattr(instrumenter.launch, name) for name in names]
     assert launcher.SITE_DIR == str(instrumenter.launch.SITE_DIR)
     assert launcher.main_file("/r/t-1/instrumentation.json", "/src/my.train.py") == str(

@@ -33,10 +33,12 @@ ENTRY_VARIABLE = "AUTOITT_ENTRY"
 MAIN_VARIABLE = "AUTOITT_MAIN"
 #: The script as the user named it (``sys.argv[0]``); popped by the launcher in the main process.
 SCRIPT_VARIABLE = "AUTOITT_MAIN_SCRIPT"
+#: Set by the launcher in a process of the run that started the script again (its .pyc is written already).
+AGAIN_VARIABLE = "AUTOITT_MAIN_AGAIN"
 #: First on PYTHONPATH: its ``sitecustomize.py`` runs in every Python process of the run.
 SITE_DIR = Path(__file__).resolve().with_name("site")
 
-__all__ = ["ENTRY_VARIABLE", "EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_VARIABLE", "MAIN_VARIABLE",
+__all__ = ["AGAIN_VARIABLE", "ENTRY_VARIABLE", "EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_VARIABLE", "MAIN_VARIABLE",
            "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "main_file", "write_placeholder"]
 
 #: What the placeholder .pyc says (the launcher's NO_SITECUSTOMIZE, which a test holds equal).
@@ -68,8 +70,7 @@ def environment(base: Mapping[str, str], script: Path, instrumentation: Path) ->
     env[ENTRY_VARIABLE] = os.path.realpath(script)
     env[MAIN_VARIABLE] = str(main_file(instrumentation, script))
     env[SCRIPT_VARIABLE] = str(script)
-    for name in ("AUTOITT_MAIN_AGAIN",):
-        env.pop(name, None)
+    env.pop(AGAIN_VARIABLE, None)  # a run inside a profiled run is a first run of its own
     return env
 
 
