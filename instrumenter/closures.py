@@ -67,10 +67,10 @@ def install() -> bool:
     return True
 
 
-def _around_type() -> Any:
-    """``instrumenter._around.Around``, loaded from this module's folder by path: in a copy's process this
-    module is loaded by the launcher without the ``instrumenter`` package (the user may have one of that
-    name), and a relative import would import the package."""
+def around_module() -> Any:
+    """``instrumenter._around`` (the wrappers that leave no frame: ``Around``, ``Rebound``), loaded from this
+    module's folder by path: in a copy's process the runtime is the launcher's ``_autoitt`` package, not
+    ``instrumenter``, and the extension is found beside this file whatever the package is called."""
     name = f"{__package__}._around" if __package__ else "_around"
     module = sys.modules.get(name)
     if module is None:
@@ -85,12 +85,12 @@ def _around_type() -> Any:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[name] = module
-    return module.Around
+    return module
 
 
 def _hook(torch: Any, itt: Any):
     """The pre-hook: the step's closure (``step(closure)`` or ``step(closure=...)``) wrapped, while a profiler is on."""
-    Around = _around_type()
+    Around = around_module().Around
 
     profiling = torch.autograd._profiler_enabled
     begin = functools.partial(itt.rangePush, CLOSURE_TASK)

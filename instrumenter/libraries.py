@@ -43,6 +43,8 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
+from .closures import around_module
+
 #: The task names the callbacks use: those of loop markers (a loop's tasks are
 #: ``<label>_loop`` around, ``<label>`` per iteration; see transforms._markers).
 EPOCH = "epoch"
@@ -94,15 +96,8 @@ class _Tasks:
             self._itt.task_end(self._domain)
 
     def around(self, name: str, function: Callable) -> Callable:
-        """``function`` run inside a task ``name``."""
-        @functools.wraps(function)
-        def wrapped(*args, **kwargs):
-            self.begin(name)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self.end(name)
-        return wrapped
+        """``function`` run inside a task ``name``, through ``Around`` (C): no frame of autoitt's under it."""
+        return around_module().Around(function, functools.partial(self.begin, name), functools.partial(self.end, name))
 
 
 @contextlib.contextmanager
@@ -180,19 +175,22 @@ def _keras(model: Any, method: str, role: Optional[str], tasks: _Tasks, package:
     if "callbacks" not in signature.parameters:
         raise _CannotAttach("it takes no callbacks")
 
-    def with_callback(*args, **kwargs):
+    def with_callback(*args, **kwargs) -> Optional[Tuple[tuple, dict]]:
+        """The call's arguments with the callback joined, or None: the call as it is."""
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError:
-            return original(*args, **kwargs)  # the call is wrong: let Keras say so, as without autoitt
+            return None  # the call is wrong: let Keras say so, as without autoitt
         given = bound.arguments.get("callbacks")
         if given is None or isinstance(given, (list, tuple)):
             bound.arguments["callbacks"] = [*(given or ()), callback]  # a new list: the user's stays as it is
-        else:
-            _note(model, method, f"callbacks given as a {type(given).__name__}, not a list: the call is one task")
-        return original(*bound.args, **bound.kwargs)
+            return bound.args, bound.kwargs
+        _note(model, method, f"callbacks given as a {type(given).__name__}, not a list: the call is one task")
+        return None
 
-    return _set_on_instance(model, method, functools.wraps(original)(with_callback))
+    # Rebound (C) calls fit itself once the arguments are made: no frame of autoitt's is under the fit, so the
+    # user's callbacks, and what fit raises, see the stack they see without autoitt.
+    return _set_on_instance(model, method, around_module().Rebound(original, with_callback))
 
 
 #: hook -> (what it does, the task): epochs, training batches, and evaluation/prediction runs and batches.

@@ -1,7 +1,9 @@
-"""A call wrapped in instrumenter._around.Around (around.c): between its markers, with no frame of its own.
+"""Calls wrapped by instrumenter._around (around.c), with no frame of their own.
 
-The C type that makes an optimizer's closure a task (instrumenter/closures.py) without the program seeing a
-wrapper: no frame in its stack or tracebacks, its result and exceptions unchanged, its attributes passed through.
+``Around``: between its markers; it makes an optimizer's closure a task (instrumenter/closures.py) without the
+program seeing a wrapper: no frame in its stack or tracebacks, its result and exceptions unchanged, its
+attributes passed through. ``Rebound``: called with the arguments another function made; it joins autoitt's
+callback to a Keras fit's (instrumenter/libraries.py) with no frame of autoitt's under the fit.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import traceback
 
 import pytest
 
-from instrumenter._around import Around
+from instrumenter._around import Around, Rebound
 
 
 def test_a_wrapped_call_runs_between_its_markers_and_returns_what_the_callable_returns():
@@ -60,8 +62,42 @@ def test_attributes_and_repr_are_the_callables():
     wrapped = Around(closure, lambda: None, lambda: None)
     assert (wrapped.__name__, wrapped.__doc__, wrapped.seen, repr(wrapped)) == (
         "closure", "The user's closure.", 3, repr(closure))
+    assert wrapped.__wrapped__ is closure and inspect.signature(wrapped) == inspect.signature(closure)
 
 
 def test_only_callables_are_wrapped():
     with pytest.raises(TypeError):
         Around(3, lambda: None, lambda: None)
+
+
+def _fit(x, epochs=1, callbacks=None):
+    """A stand-in for a library's fit: what it was called with, and the stack depth it runs at."""
+    return x, epochs, callbacks, len(inspect.stack())
+
+
+def test_a_rebound_call_gets_the_arguments_its_rebind_made_and_adds_no_frame():
+    rebound = Rebound(_fit, lambda x, **kw: ((x,), {**kw, "callbacks": [*(kw.get("callbacks") or ()), "ours"]}))
+    assert rebound(1, epochs=2, callbacks=["theirs"]) == (1, 2, ["theirs", "ours"], _fit(0)[3])
+
+
+def test_a_rebind_that_fails_or_says_none_leaves_the_call_as_it_is():
+    def fails(*args, **kwargs):
+        raise TypeError("not the call it expected")
+
+    for rebind in (fails, lambda *a, **k: None, lambda *a, **k: ("not", "a call")):
+        assert Rebound(_fit, rebind)(1, epochs=3) == (1, 3, None, _fit(0)[3])
+
+
+def test_what_the_rebound_callable_raises_is_raised_as_is():
+    def raises(x):
+        raise KeyError(x)
+
+    with pytest.raises(KeyError) as raised:
+        Rebound(raises, lambda *a, **k: None)("key")
+    assert [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)][-1] == "raises"
+
+
+def test_a_rebound_callables_attributes_signature_and_repr_are_its_own():
+    rebound = Rebound(_fit, lambda *a, **k: None)
+    assert (rebound.__name__, rebound.__wrapped__, repr(rebound)) == ("_fit", _fit, repr(_fit))
+    assert inspect.signature(rebound) == inspect.signature(_fit)

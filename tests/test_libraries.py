@@ -183,6 +183,27 @@ def test_keras_callbacks_given_through_kwargs_are_joined(keras):
     assert itt.calls.count(("begin", "epoch")) == 1 and len(options["callbacks"]) == 1
 
 
+def test_a_users_callback_sees_the_stack_it_sees_without_autoitt(keras):
+    import inspect
+
+    import numpy as np
+
+    model, itt, seen = _keras_model(keras), StandInItt(), []
+
+    class Stack(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append([(frame.filename, frame.function) for frame in inspect.stack()])
+
+    def fit():
+        model.fit(np.ones((4, 2)), np.ones((4, 1)), batch_size=4, epochs=1, verbose=0, callbacks=[Stack()])
+
+    fit()
+    with libraries.attach(itt, model, "fit", None):
+        fit()
+    assert itt.calls.count(("begin", "step")) == 1  # autoitt's callback was in the call
+    assert seen[1] == seen[0]  # and nothing of autoitt's is under the fit
+
+
 def test_an_exception_inside_the_call_ends_every_task_the_callback_opened(keras):
     import numpy as np
 
