@@ -102,8 +102,9 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/window.py": {"ittapi", "instrumenter.collection", "instrumenter.libraries", "instrumenter.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path
     "instrumenter/closures.py": set(),
-    # the frameworks it imports are named by the object's class (already imported), never by name here
-    "instrumenter/libraries.py": set(),
+    # the frameworks it imports are named by the object's class (already imported), never by name here; the C
+    # wrappers that leave no frame come through closures (relatively: _autoitt.closures in a copy's process)
+    "instrumenter/libraries.py": {"instrumenter.closures"},
 }
 
 
