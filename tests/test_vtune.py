@@ -538,6 +538,34 @@ def test_report_rebuilds_the_same_summary_from_the_saved_csvs_without_vtune(tiny
     assert "vtune-gui out/hotspots" in human.stdout and "vtune-gui out/uarch" in human.stdout
 
 
+def test_a_report_with_no_elapsed_time_recorded_says_it_is_unknown_not_zero(tiny_run, tmp_path):
+    """As after autoitt was killed: run.json and vtune.json never got the run's end, and VTune's summary
+    (a stand-in's CSV, VTune's documented format) has no elapsed time."""
+    folder, _, _, _ = tiny_run
+    out = tmp_path / "out"
+    shutil.copytree(folder / "out", out)
+    record = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**record, "elapsed_s": 0.0, "exit_code": None}))
+    runs = json.loads((out / "vtune.json").read_text())
+    (out / "vtune.json").write_text(json.dumps(_without_elapsed(runs)))
+    for summary_csv in (out / "csv").glob("*-summary.csv"):
+        summary_csv.write_text("".join(line for line in summary_csv.read_text().splitlines(keepends=True)
+                                       if "Elapsed Time" not in line))
+    shown = autoitt("report", "--recompute", "out", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "elapsed unknown" in shown.stdout and "elapsed 0.0" not in shown.stdout
+    assert json.loads(autoitt("report", "--json", "--recompute", "out", cwd=tmp_path).stdout)["elapsed_s"] is None
+
+
+def _without_elapsed(value):
+    """``value`` (vtune.json) with every ``elapsed_s`` 0, as a run that never ended leaves it."""
+    if isinstance(value, dict):
+        return {key: 0.0 if key == "elapsed_s" else _without_elapsed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_elapsed(item) for item in value]
+    return value
+
+
 def test_a_failing_uarch_is_reported_with_vtunes_error_and_hotspots_still_summarized(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     done = autoitt("profile", "-r", "out", "tiny.py", cwd=tmp_path, env={"AUTOITT_STANDIN_FAIL": "uarch"})

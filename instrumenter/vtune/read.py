@@ -69,7 +69,10 @@ def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -
     if fault:
         warnings.append(fault)
     first = next((r for a in analyses for r in a.results if r.elapsed_s is not None), None)
-    elapsed = first.elapsed_s if first is not None else (runs[0].elapsed_s if runs else record.elapsed_s)
+    # VTune's own figure; else the run's, if its end was recorded (a run whose autoitt was killed has none: unknown,
+    # never 0)
+    ended = [run.elapsed_s for run in runs if run.elapsed_s] + ([record.elapsed_s] if record.elapsed_s else [])
+    elapsed = first.elapsed_s if first is not None else (ended[0] if ended else None)
     collected = elapsed - first.paused_s if first is not None and first.paused_s is not None else 0.0
     summary = Summary(
         elapsed_s=elapsed, collected_s=max(collected, 0.0), processes=0, threads=0, events=0,

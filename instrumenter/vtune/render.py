@@ -22,7 +22,8 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path)
     console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, vtune backend ({literal(vtune.vtune)})")
     share = collected_line(summary.elapsed_s, summary.collected_s)
     collected = f"; collected (not paused) {duration(summary.collected_s)}{share}" if summary.collected_s else ""
-    console.print(f"  elapsed {duration(summary.elapsed_s)}{collected}")
+    elapsed = duration(summary.elapsed_s) if summary.elapsed_s is not None else "unknown (the run's end was not recorded)"
+    console.print(f"  elapsed {elapsed}{collected}")
     for analysis in vtune.analyses:
         run = analysis.run
         where = ", ".join(literal(result_dir / name) for name in run.result_dirs)
