@@ -98,13 +98,11 @@ POOL = textwrap.dedent(
 )
 
 
-def _profile(folder, script: str, *args: str, options=(), **files: str):
-    """(summary, stderr) of ``script`` profiled as ``folder``'s train.py (with ``files``, and the trainer module)
-    with ``options``, which must succeed."""
+def _profile(folder, script: str, *args: str, **files: str):
     for name, text in {"trainer": TRAINER, **files}.items():
         (folder / f"{name}.py").write_text(text)
     (folder / "train.py").write_text(script)
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", *options, "train.py", *args, cwd=folder)
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "train.py", *args, cwd=folder)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout), done.stderr
 
