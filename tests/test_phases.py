@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -205,9 +206,13 @@ def reference_split(tmp_path, script, env=None):
     return {name: sum(split[name] for split in found) / len(found) for name in found[0]}
 
 
+def _within_ten_points(ours, reference):
+    return all(abs(ours[name] - reference[name]) <= 0.10 for name in ours)
+
+
 def assert_within_ten_points(phases, reference):
     ours = operator_split(phases)
-    assert all(abs(ours[name] - reference[name]) <= 0.10 for name in ours), (ours, reference)
+    assert _within_ten_points(ours, reference), (ours, reference)
 
 
 @pytest.mark.slow
@@ -228,16 +233,26 @@ def test_lightnings_automatic_optimization_splits_as_torch_profiler_does(tmp_pat
 
 @pytest.mark.slow
 def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(tmp_path):
+    """The split is compared with a separately timed torch.profiler run. Here two ranks share the machine's
+    two cores with whatever else runs, so the two runs can see different loads (once in a full suite on
+    both cores: backward 63% against 75%). Both are measured again once before the split is called wrong;
+    a real disagreement is off both times."""
     (tmp_path / "train.py").write_text(DDP)
-    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    (step,) = summary["steps"]
-    phases = step["phases"]
-    assert phases["communication"]["share"] > 0.05, phases
-    assert {"gloo:all_reduce", "c10d::allreduce_"} <= {op["name"] for op in summary["operators"]}
     env = dict(os.environ, TORCH_REFERENCE=str(REFERENCE.parent))
-    assert_within_ten_points(phases, reference_split(tmp_path, DDP, env))
+    for _attempt in range(2):
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout)
+        (step,) = summary["steps"]
+        phases = step["phases"]
+        assert phases["communication"]["share"] > 0.05, phases
+        assert {"gloo:all_reduce", "c10d::allreduce_"} <= {op["name"] for op in summary["operators"]}
+        ours, reference = operator_split(phases), reference_split(tmp_path, DDP, env)
+        if _within_ten_points(ours, reference):
+            break
+    else:
+        pytest.fail(f"ours {ours} against torch.profiler's {reference}, twice")
 
 
 KERAS_XLA = """

@@ -177,7 +177,9 @@ DDP_TRAINER = textwrap.dedent(
         loss = model(torch.ones(4)).sum()
         loss.backward()
         optimizer.step()
-    print("rank", dist.get_rank(), "done", sys.executable, sys.argv[1:])
+    # One write per line: under -u (as every launcher runs the ranks) print() writes each of its pieces
+    # separately, and the two ranks' pieces interleaved on a loaded machine.
+    sys.stdout.write(f"rank {dist.get_rank()} done {sys.executable} {sys.argv[1:]}\\n")
     # The process group torn down while the interpreter is whole: DDP's reducer holds it until the model
     # goes. Otherwise a gloo worker thread (ProcessGroupGloo::runLoop) may take the GIL during
     # finalization, Python ends it with pthread_exit and the forced unwind aborts the process
@@ -242,7 +244,8 @@ def test_accelerate_launch_ranks_with_a_launcher_found_beside_the_interpreter(tm
 @pytest.mark.skipif(shutil.which("deepspeed", path=os.path.dirname(sys.executable)) is None, reason="no deepspeed")
 def test_deepspeed_ranks_and_the_local_rank_it_gives_the_script(tmp_path):
     """The DeepSpeed launcher on CPUs (--num_gpus 2: two ranks, gloo); the script still gets ``--local_rank=N``
-    ahead of its arguments, as deepspeed gives it, though deepspeed runs autoitt's launcher script."""
+    ahead of its arguments, as deepspeed gives it, though autoitt tells deepspeed --no_local_rank (so that it runs
+    autoitt's interpreter with no script of its own in front) and passes the rank on itself."""
     _, done = _ddp_ranks_through(tmp_path, "deepspeed --num_gpus 2", "--epochs", "1")
     for rank in (0, 1):
         assert f"done {sys.executable} ['--local_rank={rank}', '--epochs', '1']" in done.stderr
