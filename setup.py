@@ -5,13 +5,46 @@ It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
 ``instrumenter.collector.library_path()`` finds it.
 ``instrumenter/builtin/pairing.c`` becomes ``instrumenter/_pairing*.so`` (bound with ctypes).
-``instrumenter/around.c`` becomes the Python module ``instrumenter._around``. Building needs a C compiler
+``instrumenter/around.c`` becomes the Python module ``instrumenter._around``. The collector and the
+trace reader include ``format.h``, generated here from ``instrumenter/collector/formats.py``. Building needs a C compiler
 (gcc or clang); everything else about the package is in pyproject.toml.
 """
 
+import importlib.util
+import os
+import sys
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class build_ext_with_formats(build_ext):
+    """Writes ``format.h`` (the record layouts and constants shared with the readers) from
+    ``instrumenter/collector/formats.py`` into the build's temporary folder, first on every extension's include
+    path, before compiling: the C side never holds a copy of its own."""
+
+    def run(self):
+        spec = importlib.util.spec_from_file_location(
+            "_autoitt_formats", os.path.join(os.path.dirname(os.path.abspath(__file__)), "instrumenter", "collector",
+                                             "formats.py"))
+        formats = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = formats  # its dataclasses look their module up there
+        spec.loader.exec_module(formats)
+        include = os.path.join(os.path.abspath(self.build_temp), "autoitt-include")
+        os.makedirs(include, exist_ok=True)
+        header = os.path.join(include, "format.h")
+        text = formats.c_header()
+        if not os.path.exists(header) or open(header).read() != text:  # unchanged: no rebuild for its sake
+            with open(header, "w") as out:
+                out.write(text)
+        for extension in self.extensions:
+            extension.include_dirs.insert(0, include)
+            extension.depends.append("instrumenter/collector/formats.py")
+        super().run()
+
 
 setup(
+    cmdclass={"build_ext": build_ext_with_formats},
     ext_modules=[
         Extension(
             "instrumenter._collector",

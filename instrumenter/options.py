@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
+from .collector import formats
+
 if TYPE_CHECKING:  # the CLI imports these options to build its help; transforms is not needed for that
     from transforms import Mode
 
@@ -181,10 +183,12 @@ def vtune_launcher_problem(launcher: Sequence[str]) -> Optional[str]:
 
 #: ``--trace-limit``'s default, 2G: a process's trace file stops growing there (its statistics do not).
 DEFAULT_TRACE_LIMIT = 2 << 30
-#: ``--sample-rate``'s default: samples per second of each thread's CPU time (1 ms of CPU a sample).
-DEFAULT_SAMPLE_HZ = 1000
-#: The highest rate asked for: above it the signal handler's cost would be a sizeable share of the CPU.
-MAX_SAMPLE_HZ = 10000
+#: ``--sample-rate``'s default: samples per second of each thread's CPU time (1 ms of CPU a sample); the
+#: collector's own default (``instrumenter/collector/formats.py``).
+DEFAULT_SAMPLE_HZ = formats.SAMPLE_HZ_DEFAULT
+#: The highest rate asked for: above it the signal handler's cost would be a sizeable share of the CPU. The
+#: collector takes no more either.
+MAX_SAMPLE_HZ = formats.SAMPLE_HZ_MAX
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -29,6 +29,7 @@ from typing import Dict, Iterable, List, Sequence, Set, Tuple, Union
 
 import numpy as np
 
+from ..collector import formats
 from . import pairing
 from .intervals import Intervals, Keep
 from .scan import Scan
@@ -36,14 +37,15 @@ from .tracefile import KIND_BEGIN, KIND_DETACH, KIND_LIMIT, KIND_PAUSE, KIND_RES
 
 #: Histogram buckets: a duration ``d`` >= 1 ns falls in bucket ``floor(log(d) / log(RATIO)) + 1``, 0 ns in
 #: bucket 0. A percentile is reported as its bucket's middle, so within ``(RATIO - 1) / (RATIO + 1)`` of the
-#: exact value (and clamped to the task's min and max).
-RATIO = 1.02
+#: exact value (and clamped to the task's min and max). The collector counts past the trace limit in the same
+#: buckets (both from instrumenter/collector/formats.py).
+RATIO = formats.HIST_RATIO
 PERCENTILE_ERROR = (RATIO - 1) / (RATIO + 1)
 #: Domains whose tasks are a library's, oneDNN's primitives: the implementation of the operator that calls
 #: them, so counted in its self time with library (``self_library_ns``).
 LIBRARY_DOMAINS = ("dnnl::",)
 #: Enough buckets for any 64-bit duration.
-BUCKETS = int(math.log(2.0 ** 64) / math.log(RATIO)) + 2
+BUCKETS = formats.HIST_BUCKETS
 _LOG_RATIO = math.log(RATIO)
 
 

@@ -11,20 +11,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "format.h" /* the trace record, its kinds and flags (generated from instrumenter/collector/formats.py) */
+
 _Static_assert(sizeof(int64_t) == 8 && sizeof(void *) == 8, "64-bit");
 
 #define EXPORT __attribute__((visibility("default")))
-#define K_BEGIN 1
-#define F_CHILD_NS 2
-#define F_UNFINISHED 4
 
-typedef struct {                  /* a trace record (instrumenter/builtin/tracefile.py) */
-    uint8_t kind, flags;
-    uint16_t name_len;
-    uint32_t aux;
-    int64_t ts;
-    uint64_t a, b;
-} record;
+AUTOITT_FORMAT_DIGEST;
 
 typedef struct {
     int64_t *ids, *starts, *child; /* the open tasks, bottom to top */
@@ -110,7 +103,7 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
             if (stack->depth < stack->capacity) {
                 int64_t d = stack->depth;
                 stack->ids[d] = ids[i];
-                stack->starts[d] = r->ts;
+                stack->starts[d] = (int64_t)r->ts;
                 stack->child[d] = 0;
                 stack->library_child[d] = 0;
                 open_count[ids[i]]++;
@@ -124,7 +117,7 @@ EXPORT int64_t autoitt_pair(int64_t n, const record *records, const int64_t *ids
         if (stack->depth == 0) continue; /* an end whose begin was dropped (collection was paused) */
         int finished = !(r->flags & F_UNFINISHED);
         *unfinished += !finished;
-        close_top(stack, open_count, stats, out, rows++, r->ts, (r->flags & F_CHILD_NS) ? (int64_t)r->b : 0,
+        close_top(stack, open_count, stats, out, rows++, (int64_t)r->ts, (r->flags & F_CHILD_NS) ? (int64_t)r->b : 0,
                   finished, thread_time);
     }
     return rows;
@@ -139,4 +132,14 @@ EXPORT int64_t autoitt_close(int64_t end, open_stack *stack, int32_t *open_count
     while (stack->depth > 0)
         close_top(stack, open_count, stats, out, rows++, end, 0, 0, thread_time);
     return rows;
+}
+
+/* The sizes of the structs pairing.py mirrors with ctypes (open_stack, task_stats, closed_rows) and of a
+ * record: it checks its mirrors against them when it loads this library. */
+EXPORT void autoitt_pairing_sizes(int64_t out[4])
+{
+    out[0] = (int64_t)sizeof(open_stack);
+    out[1] = (int64_t)sizeof(task_stats);
+    out[2] = (int64_t)sizeof(closed_rows);
+    out[3] = (int64_t)sizeof(record);
 }

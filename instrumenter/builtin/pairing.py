@@ -15,6 +15,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from ..collector import formats
+
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _U8 = ctypes.POINTER(ctypes.c_uint8)
 #: Open tasks a thread may nest; deeper ones are paired (their ends dropped in order) but not counted.
@@ -43,8 +45,20 @@ def _library() -> ctypes.CDLL:
         raise RuntimeError("autoitt's trace reader library (instrumenter/_pairing*.so) is missing: reinstall "
                            "autoitt (pip install .), with a C compiler present")
     library = ctypes.CDLL(spec.origin)
+    _I32 = ctypes.POINTER(ctypes.c_int32)
     library.autoitt_pair.restype = ctypes.c_int64
+    library.autoitt_pair.argtypes = [ctypes.c_int64, ctypes.c_void_p, _I64, ctypes.POINTER(_Stack), _I32,
+                                     ctypes.POINTER(_Stats), ctypes.POINTER(_Rows), _I64, _I64]
     library.autoitt_close.restype = ctypes.c_int64
+    library.autoitt_close.argtypes = [ctypes.c_int64, ctypes.POINTER(_Stack), _I32, ctypes.POINTER(_Stats),
+                                      ctypes.POINTER(_Rows), _I64]
+    sizes = (ctypes.c_int64 * 4)()
+    library.autoitt_pairing_sizes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.autoitt_pairing_sizes(sizes)
+    mirrored = (ctypes.sizeof(_Stack), ctypes.sizeof(_Stats), ctypes.sizeof(_Rows), formats.RECORD.size)
+    if tuple(sizes) != mirrored:  # a library built from other sources than these: it would write past the mirrors
+        raise RuntimeError(f"autoitt's trace reader library ({spec.origin}) does not match its Python side "
+                           f"(struct sizes {tuple(sizes)} against {mirrored}): reinstall autoitt (pip install .)")
     return library
 
 

@@ -115,16 +115,12 @@ kind  name       payload
                  replaced the handler (perf: estimated from the event's count), as counts.
 ===== ========== ===================================================================
 
-Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task
-is inherited from the process, bit 3 the thread had more than 64 tasks open
-(the task is the 64th), bit 4 the stack pointer was outside the thread's
-stack, bit 5 a library was being unloaded (4, 5: only the interrupted
-instruction); native walk: bit 8
-truncated at the maximum, bit 9 resumed after code without unwind
-information, bit 10 ended at code without unwind information, bit 11 ended at
-a frame its rules could not unwind; Python walk: bit 12 truncated at the
-maximum, bit 13 stopped at a frame that did not look valid, bit 14 a code
-object had no id.
+Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task is inherited from the process,
+bit 3 the thread had more than 64 tasks open (the task is the 64th), bit 4 the stack pointer was outside the
+thread's stack, bit 5 a library was being unloaded (4, 5: only the interrupted instruction); native walk: bit
+8 truncated at the maximum, bit 9 resumed after code without unwind information, bit 10 ended at code without
+unwind information, bit 11 ended at a frame its rules could not unwind; Python walk: bit 12 truncated at the
+maximum, bit 13 stopped at a frame that did not look valid, bit 14 a code object had no id.
 
 Reading
 =======
@@ -141,42 +137,45 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from ..collector import formats
 from .clock import Clock
 from .mixedstacks import Code, Frame, Mapping, line_ranges, merge_frames, parse_maps, python_frames
 
 __all__ = ["SampleFile", "SampleFormatError", "Code", "Mapping", "ThreadCounts", "read_sample_file",
            "read_sample_dir", "merge_frames", "line_ranges", "parse_maps", "Frame", "SAMPLE"]
 
-MAGIC = b"AITSAMPL"
-VERSION = 2
-_HEADER = struct.Struct("<8sIIIIIIQQ")
-_RECORD = struct.Struct("<II")
-_INFO = struct.Struct("<IIIIQQQIIIIQQ")
-_CODE = struct.Struct("<IiIIII")
-_STATS = struct.Struct("<IIQQQ")
-_LOST = struct.Struct("<IIQ")
-R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = range(1, 13)
+# the layouts and constants are the collector's (instrumenter/collector/formats.py, whence its format.h)
+MAGIC = formats.SAMPLES_MAGIC
+VERSION = formats.SAMPLES_VERSION
+_HEADER, _RECORD, _INFO, _CODE, _STATS, _LOST, _CLOCK, _STACK_HEAD, _MAPS_HEAD, _THREAD_HEAD, _RAW_TAIL = (
+    layout.struct for layout in (formats.SAMPLES_HEADER, formats.SAMPLES_RECORD_HEAD, formats.SAMPLES_INFO,
+                                 formats.SAMPLES_CODE_HEAD, formats.SAMPLES_STATS, formats.SAMPLES_LOST,
+                                 formats.SAMPLES_CLOCK, formats.SAMPLES_STACK_HEAD, formats.SAMPLES_MAPS_HEAD,
+                                 formats.SAMPLES_THREAD_HEAD, formats.SAMPLES_RAW_TAIL))
+_NATIVE_SHIFT = formats.STACK_NATIVE_SHIFT
+R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = (
+    formats.SAMPLES_KINDS[k] for k in ("INFO", "REASON", "CLOCK", "THREAD", "CODE", "STACK", "SAMPLES", "RAW_SAMPLE",
+                                       "MAPS", "STATS", "END", "LOST"))
+HEADER_TSC, HEADER_FORKED = formats.SAMPLES_HEADER_FLAGS["TSC"], formats.SAMPLES_HEADER_FLAGS["FORKED"]
 
 #: One sample entry of a ``samples`` record.
-SAMPLE = np.dtype([("ticks", "<u8"), ("tid", "<u4"), ("stack", "<u4"), ("flags", "<u4"), ("weight", "<u4"),
-                   ("task_domain", "<u8"), ("task_name", "<u8"), ("autoitt_domain", "<u8"),
-                   ("autoitt_name", "<u8")])
-assert SAMPLE.itemsize == 56
+SAMPLE = np.dtype(formats.SAMPLE.dtype_fields)
 
 # sample flags (see Sample flags)
-F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = 1, 2, 4, 8, 16, 32
-F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = 1 << 8, 1 << 9, 1 << 10, 1 << 11
-F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = 1 << 12, 1 << 13, 1 << 14
+F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = formats.SAMPLE_FLAGS.values()
+F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = (
+    formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NO_INFO", "FAILED"))
+F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = (
+    formats.PYTHON_WALK[k] << formats.PYTHON_SHIFT for k in ("TRUNCATED", "INVALID", "UNKNOWN_CODE"))
 
-MECHANISMS = {0: "none", 1: "perf", 2: "timer"}
-PYTHON = {0: "none", 1: "frames", 2: "unsupported"}
+MECHANISMS = {value: name.lower() for name, value in formats.MECHANISMS.items()}
+PYTHON = {value: "frames" if name == "OK" else name.lower() for name, value in formats.PYTHON_FRAMES.items()}
 
 
 class SampleFormatError(Exception):
@@ -327,8 +326,8 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
         raise SampleFormatError(f"{path}: samples format version {version}, this reader knows {VERSION}")
     if header_size < _HEADER.size:
         raise SampleFormatError(f"{path}: bad header size {header_size}")
-    out = SampleFile(path=path, pid=pid, ppid=ppid, forked=bool(flags & 2))
-    clock = Clock(ticks0, mono0, bool(flags & 1))
+    out = SampleFile(path=path, pid=pid, ppid=ppid, forked=bool(flags & HEADER_FORKED))
+    clock = Clock(ticks0, mono0, bool(flags & HEADER_TSC))
     batches: List[np.ndarray] = []
     raw: List[np.ndarray] = []
     stacks_by_id: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
@@ -338,22 +337,23 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
     pos, size = header_size, len(data)
     mv = memoryview(data)
     try:
-        while pos + 8 <= size:
+        while pos + _RECORD.size <= size:
             kind, length = _RECORD.unpack_from(data, pos)
-            end = pos + 8 + length
+            end = pos + _RECORD.size + length
             if end > size:
                 out.warnings.append(f"{path.name}: cut short in a record at byte {pos}; read up to there")
                 break
-            p = pos + 8
+            p = pos + _RECORD.size
             if kind == R_SAMPLES:
                 batches.append(np.frombuffer(mv[p:p + length - length % SAMPLE.itemsize], SAMPLE).copy())
             elif kind == R_STACK:
-                stack_id, counts_word = struct.unpack_from("<II", data, p)
-                n_native, n_py = counts_word >> 16, counts_word & 0xFFFF
-                words = np.frombuffer(mv[p + 8:p + 8 + 8 * (n_native + n_py)], "<u8")
+                stack_id, counts_word = _STACK_HEAD.unpack_from(data, p)
+                n_native, n_py = counts_word >> _NATIVE_SHIFT, counts_word & ((1 << _NATIVE_SHIFT) - 1)
+                q = p + _STACK_HEAD.size
+                words = np.frombuffer(mv[q:q + 8 * (n_native + n_py)], "<u8")
                 stacks_by_id[stack_id] = (words[:n_native].copy(), words[n_native:].copy())
             elif kind == R_CLOCK:
-                clock.add(*struct.unpack_from("<QQ", data, p))
+                clock.add(*_CLOCK.unpack_from(data, p))
             elif kind == R_CODE:
                 code_id, first, fn_len, qn_len, lt_len, _ = _CODE.unpack_from(data, p)
                 q = p + _CODE.size
@@ -364,9 +364,9 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
             elif kind == R_RAW_SAMPLE:  # its stack gets an id past the collector's (they count up from 1)
                 raw.append(np.frombuffer(mv[p:p + SAMPLE.itemsize], SAMPLE).copy())
                 raw[-1]["stack"] = 1 << 31 | len(raw)
-                (counts_word,) = struct.unpack_from("<I", data, p + SAMPLE.itemsize)
-                n_native, n_py = counts_word >> 16, counts_word & 0xFFFF
-                words = np.frombuffer(mv[p + SAMPLE.itemsize + 8:end], "<u8")[:n_native + n_py]
+                counts_word, _ = _RAW_TAIL.unpack_from(data, p + SAMPLE.itemsize)
+                n_native, n_py = counts_word >> _NATIVE_SHIFT, counts_word & ((1 << _NATIVE_SHIFT) - 1)
+                words = np.frombuffer(mv[p + SAMPLE.itemsize + _RAW_TAIL.size:end], "<u8")[:n_native + n_py]
                 stacks_by_id[1 << 31 | len(raw)] = (words[:n_native].copy(), words[n_native:].copy())
             elif kind == R_INFO:
                 (hz, mechanism, sig, python, period, eval_start, eval_size, py_version, _mn, _mp,
@@ -379,11 +379,11 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
             elif kind == R_REASON:
                 out.reasons.append(bytes(data[p:p + length]).decode("utf-8", "replace"))
             elif kind == R_THREAD:
-                (tid,) = struct.unpack_from("<I", data, p)
-                out.thread_names[tid] = bytes(data[p + 8:p + length]).decode("utf-8", "replace")
+                tid, _ = _THREAD_HEAD.unpack_from(data, p)
+                out.thread_names[tid] = bytes(data[p + _THREAD_HEAD.size:p + length]).decode("utf-8", "replace")
             elif kind == R_MAPS:
-                seq, _last = struct.unpack_from("<II", data, p)
-                maps.setdefault(seq, []).append(bytes(data[p + 8:p + length]).decode("utf-8", "replace"))
+                seq, _last = _MAPS_HEAD.unpack_from(data, p)
+                maps.setdefault(seq, []).append(bytes(data[p + _MAPS_HEAD.size:p + length]).decode("utf-8", "replace"))
             elif kind == R_STATS:
                 tid, serial, taken, dropped, handler_ticks = _STATS.unpack_from(data, p)
                 counts[(tid, serial)] = (taken, dropped, handler_ticks)

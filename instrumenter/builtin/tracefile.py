@@ -237,33 +237,37 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..collector import formats
 from .clock import Clock
 
 __all__ = ["ProcessTrace", "Stats", "TraceFormatError", "RECORD"]
 
-FILE_MAGIC = b"AITTRACE"
-FORMAT_VERSION = 2
-FLAG_TSC = 2
-CHUNK_MAGIC = 0x4B4E4843
+# the layouts and constants are the collector's (instrumenter/collector/formats.py, whence its format.h)
+FILE_MAGIC = formats.TRACE_MAGIC
+FORMAT_VERSION = formats.TRACE_VERSION
+FLAG_TSC = formats.TRACE_HEADER_FLAGS["TSC"]
+CHUNK_MAGIC = formats.CHUNK_MAGIC
 
-_HEADER = struct.Struct("<8sIIIIQQIIQ")
-_HEADER_V1 = struct.Struct("<8sIIIIQQII")
-_CHUNK = struct.Struct("<IIIIQQ")
-_CHUNK_V1 = struct.Struct("<IIII")
-_RECORD = struct.Struct("<BBHIQQQ")
+_HEADER = formats.FILE_HEADER.struct
+_HEADER_V1 = formats.FILE_HEADER_V1.struct
+_CHUNK = formats.CHUNK_HEADER.struct
+_CHUNK_V1 = formats.CHUNK_HEADER_V1.struct
+_RECORD = formats.RECORD.struct
 #: One record, as numpy reads it.
-RECORD = np.dtype([("kind", "u1"), ("flags", "u1"), ("name_len", "<u2"), ("aux", "<u4"),
-                   ("ts", "<u8"), ("a", "<u8"), ("b", "<u8")])
+RECORD = np.dtype(formats.RECORD.dtype_fields)
 
-KIND_BEGIN, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_DETACH, KIND_LIMIT = 1, 2, 3, 4, 5, 6
-KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2 = 7, 8, 9
-KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS, KIND_NOTE = 16, 17, 18, 19, 20
+_KINDS = formats.TRACE_KINDS
+KIND_BEGIN, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_DETACH, KIND_LIMIT = (
+    _KINDS[k] for k in ("BEGIN", "END", "PAUSE", "RESUME", "DETACH", "LIMIT"))
+KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2 = (_KINDS[k] for k in ("COUNTERS", "HARDWARE", "HARDWARE2"))
+KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS, KIND_NOTE = (
+    _KINDS[k] for k in ("DOMAIN_NAME", "STRING_NAME", "THREAD_NAME", "STATS", "NOTE"))
 _EVENT_KINDS = {KIND_BEGIN: "begin", KIND_END: "end", KIND_PAUSE: "pause",
                 KIND_RESUME: "resume", KIND_DETACH: "detach", KIND_LIMIT: "limit"}
 #: fixed-size records that are not events (the counters), read with them
 _COUNTER_KINDS = (KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2)
 _NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_NOTE)
-_STATS_HEAD = struct.Struct("<8Q")
+_STATS_HEAD = formats.STATS_HEAD.struct
 
 
 class TraceFormatError(Exception):

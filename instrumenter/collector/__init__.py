@@ -58,7 +58,7 @@ def environment(trace_dir: Path, start_paused: bool, trace_limit: Optional[int] 
     target's first ``itt.resume()``. ``trace_limit``: the bytes each process's
     file may take; past them the collector counts instead of recording (the
     trace format's "The trace limit"). ``sample_hz``: CPU-time samples per second of each thread
-    (``samples-<pid>.bin``; 0: none; None: the collector's default, 1000); ``own_domains``: the domains of autoitt's markers, whose tasks (steps,
+    (``samples-<pid>.bin``; 0: none; None: the collector's default, ``formats.SAMPLE_HZ_DEFAULT``); ``own_domains``: the domains of autoitt's markers, whose tasks (steps,
     epochs, evaluations) a sample is attributed to, and inherited by threads with none of their own.
     """
     variables = {

@@ -221,7 +221,7 @@ def _sample_from_the_start() -> None:
     """Starts the built-in collector's sampling now, so that imports and data preparation are sampled too
     (else it starts at the script's first ITT call). Not with VTune's collector, nor with sampling off."""
     library = os.environ.get("INTEL_LIBITTNOTIFY64")
-    if not library or os.environ.get("AUTOITT_SAMPLE_HZ", "1000") == "0" or "AUTOITT_TRACE_DIR" not in os.environ:
+    if not library or os.environ.get("AUTOITT_SAMPLE_HZ") == "0" or "AUTOITT_TRACE_DIR" not in os.environ:
         return
     try:
         import ctypes
