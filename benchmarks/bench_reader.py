@@ -49,11 +49,12 @@ READ = INSTRUMENTATION + """
 import sys, time
 from pathlib import Path
 from instrumenter.builtin import BuiltinBackend
+from instrumenter.read_context import ReadContext
 from instrumenter.results import RunRecord
 folder = Path(sys.argv[1])
 record = RunRecord(script="train.py", copy="train_itt.py", args=[], backend="builtin", command=[], elapsed_s=1.0)
 started = time.perf_counter()
-summary = BuiltinBackend().read(folder, record, instrumentation)
+summary = BuiltinBackend().read(folder, ReadContext.of(instrumentation, record))
 print(time.perf_counter() - started, summary.events, summary.steps[0].count)
 """
 

@@ -4,8 +4,12 @@
 collector, :mod:`instrumenter.builtin`, or VTune, :mod:`instrumenter.vtune`)
 and calls it in that order; ``autoitt report`` finds the same one by the
 :attr:`Backend.name` saved in ``run.json`` and reads again. Everything a
-backend needs from the stages before it arrives as a :class:`Job` and as
-the saved :class:`~instrumenter.instrumentation.Instrumentation`.
+backend needs from the stages before it arrives as a :class:`Job` (to run)
+and as a :class:`~instrumenter.read_context.ReadContext` (to read). Each
+backend owns its summary type (:attr:`Backend.summary_type`, a
+:class:`~instrumenter.summary.Summary`) and its options
+(:attr:`~instrumenter.options.ProfileOptions.builtin`, ``.vtune``): it reads
+no other backend's.
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Type
 
 from rich.console import Console
 
 from .instrumentation import Instrumentation
 from .options import ProfileOptions
-from .results import RunRecord
 from .summary import Summary
+
+if TYPE_CHECKING:  # read_context imports the built-in backend's StepWindow, whose package imports this module
+    from .read_context import ReadContext
 
 #: How a backend tells the user what it is doing (one line each, on stderr).
 Say = Callable[[str], None]
@@ -56,14 +62,17 @@ class Backend(ABC):
 
     #: Saved in ``run.json``; ``autoitt report`` finds the backend by it.
     name: ClassVar[str]
+    #: What :meth:`read` returns, and what reads its ``summary.json`` back (``from_json``).
+    summary_type: ClassVar[Type[Summary]]
 
     @abstractmethod
     def run(self, job: Job, say: Say) -> Finished:
         """Run the job's command, collecting into ``job.folder``."""
 
     @abstractmethod
-    def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
-        """The summary of what was collected in ``folder``; also writes it there (``summary.json``, ...)."""
+    def read(self, folder: Path, context: ReadContext) -> Summary:
+        """The summary of what was collected in ``folder`` (the run ``context`` describes); also writes it
+        there (``summary.json``, ...)."""
 
     def saved(self, folder: Path) -> Optional[Summary]:
         """The summary a read of ``folder`` saved, if it is still that of what was collected (``autoitt report``

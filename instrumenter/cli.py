@@ -10,7 +10,6 @@ need them, so ``autoitt --help`` starts quickly.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import sys
@@ -24,7 +23,7 @@ from .diff import STYLES
 from .cli_options import (VTUNE_FLAGS, sample_rate_option, trace_limit_option, trace_steps_option, verbose_option,
                           vtune_options)
 from .console import printable
-from .options import BACKENDS, VTuneOptions
+from .options import BACKENDS, BuiltinOptions, VTuneOptions
 from .tally import Tally
 
 _EPILOG = """\b
@@ -299,7 +298,7 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
 @_mode_options
 @vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
-            trace_steps: str, trace_limit: Optional[int], sample_rate: int, verbose: bool,
+            trace_steps, trace_limit: Optional[int], sample_rate: int, verbose: bool,
             domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
@@ -334,12 +333,13 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     context = click.get_current_context()
     options = ProfileOptions(
         mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
-        result_dir=result_dir, json_output=as_json, launcher=launcher, trace_steps=trace_steps or "auto",
-        trace_limit=trace_limit, sample_hz=sample_rate,
+        result_dir=result_dir, json_output=as_json, launcher=launcher,
+        builtin=BuiltinOptions(**({"trace_steps": trace_steps} if trace_steps is not None else {}),
+                               trace_limit=trace_limit, sample_hz=sample_rate),
         vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
-                           extra_args=vtune_args),
-        vtune_flags_given=tuple(flag for name, flag in VTUNE_FLAGS
-                                if context.get_parameter_source(name) is ParameterSource.COMMANDLINE))
+                           extra_args=vtune_args,
+                           given=tuple(flag for name, flag in VTUNE_FLAGS
+                                       if context.get_parameter_source(name) is ParameterSource.COMMANDLINE)))
     tally = Tally(quiet=as_json)
     ended = {}
 
@@ -376,7 +376,7 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
                    "printing the saved summary.")
 @trace_steps_option
 @verbose_option
-def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Optional[str], verbose: bool) -> None:
+def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps, verbose: bool) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
 
     The summary saved by the run is printed as it is, whatever the run's length; it is read again from
@@ -387,9 +387,7 @@ def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps: Option
     def run() -> None:
         from .profiling import load
 
-        done = load(result_dir)
-        if trace_steps is not None:  # another window: the traces are read again
-            done = dataclasses.replace(done, record=dataclasses.replace(done.record, trace_steps=trace_steps))
+        done = load(result_dir, trace_steps)  # another window (a StepWindow): the traces are read again
         summary = _show(done, as_json, recompute or trace_steps is not None, verbose)
         # a folder the user may not write (someone else's) is still reported; a write that failed is an error
         _unwritten(tally, done.folder, [item for item in summary.unwritten if not item.folder_not_writable])

@@ -29,7 +29,7 @@ def shell_words(ctx: click.Context, param: click.Parameter, values: Tuple[str, .
     return words
 
 
-#: The VTune backend's options: (parameter name, flag), to name those given with the built-in backend.
+#: The VTune backend's options: (parameter name, flag), to name those given when another backend runs.
 VTUNE_FLAGS = (("analysis", "--analysis"), ("vtune_args", "--vtune-arg"), ("sampling_mode", "--sampling-mode"),
                 ("data_limit", "--data-limit"))
 
@@ -69,12 +69,12 @@ def checked(parse: Callable[[str], object]):
     return callback
 
 
-def window(text: str) -> str:
-    """``--trace-steps``: checked, kept as text (the record keeps it; the backend parses it again)."""
-    from .builtin.timeline import StepWindow
+def window(text: str):
+    """``--trace-steps``, parsed once here into the :class:`~instrumenter.builtin.step_window.StepWindow` handed
+    forward (which keeps the text, for the record)."""
+    from .builtin.step_window import StepWindow
 
-    StepWindow.parse(text)
-    return text
+    return StepWindow.parse(text)
 
 
 trace_steps_option = click.option(

@@ -1,7 +1,8 @@
 """The options of ``autoitt profile``, parsed once by the CLI into one frozen object handed down.
 
 What is inserted is the :class:`~transforms.Mode`; the rest says where the
-results go, which backend collects, and how VTune runs when it does.
+results go, which backend collects, and each backend's own options
+(:class:`BuiltinOptions`, :class:`VTuneOptions`), which only that backend reads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from .collector import formats
 
 if TYPE_CHECKING:  # the CLI imports these options to build its help; transforms is not needed for that
     from transforms import Mode
+
+    from .builtin.step_window import StepWindow
 
 #: The ``--backend`` choices: auto picks VTune where it is installed, else the built-in collector.
 BACKENDS = ("auto", "builtin", "vtune")
@@ -213,23 +216,43 @@ def split_args(values: Sequence[str]) -> Tuple[str, ...]:
     return tuple(arg for value in values for arg in shlex.split(value))
 
 
+def _auto_window() -> "StepWindow":
+    from .builtin.step_window import AUTO
+
+    return AUTO
+
+
+@dataclass(frozen=True)
+class BuiltinOptions:
+    """How the built-in collector runs, and what its reading keeps (the VTune backend has its own)."""
+
+    #: which steps trace.json keeps every task of (``--trace-steps``, parsed with the options)
+    trace_steps: "StepWindow" = field(default_factory=_auto_window)
+    #: bytes a process's trace file may take (``--trace-limit``), None: no limit
+    trace_limit: Optional[int] = DEFAULT_TRACE_LIMIT
+    #: CPU-time samples per second of each thread (``--sample-rate``), 0: no sampling
+    sample_hz: int = DEFAULT_SAMPLE_HZ
+
+
 @dataclass(frozen=True)
 class VTuneOptions:
-    """How VTune runs (ignored, with a note, by the built-in backend)."""
+    """How VTune runs (the built-in backend has its own). ``given``: the flags of these the user typed, named
+    in the note that says they are ignored when another backend runs."""
 
     analyses: Tuple[str, ...] = tuple(ANALYSES)
     sampling_mode: str = "sw"
     data_limit_mb: int = DEFAULT_DATA_LIMIT_MB
     extra_args: Tuple[str, ...] = ()
+    given: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ProfileOptions:
-    """Everything ``autoitt profile`` was asked, before SCRIPT and its arguments.
+    """Everything ``autoitt profile`` was asked, before SCRIPT and its arguments: what every backend uses,
+    then each backend's own group (``builtin``, ``vtune``), read by that backend alone.
 
     ``json_output``: the summary goes to stdout as JSON, so the script's own
-    output goes to stderr. ``vtune_flags_given``: the VTune options the user
-    typed, named in the note that the built-in backend ignores them.
+    output goes to stderr.
     """
 
     mode: "Mode"
@@ -238,11 +261,5 @@ class ProfileOptions:
     #: A launcher the run goes through, e.g. ``("mpirun", "-n", "4")``: one process (one vtune) per rank.
     launcher: Tuple[str, ...] = ()
     json_output: bool = False
-    #: which steps trace.json keeps every task of (``--trace-steps``; see instrumenter.builtin.timeline)
-    trace_steps: str = "auto"
-    #: bytes a process's trace file may take (``--trace-limit``), None: no limit; built-in backend
-    trace_limit: Optional[int] = DEFAULT_TRACE_LIMIT
-    #: CPU-time samples per second of each thread (``--sample-rate``), 0: no sampling; built-in backend
-    sample_hz: int = DEFAULT_SAMPLE_HZ
+    builtin: BuiltinOptions = field(default_factory=BuiltinOptions)
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
-    vtune_flags_given: Tuple[str, ...] = ()

@@ -3,8 +3,9 @@
 instrument (:mod:`instrumenter.project`, into the result folder) -> record
 what the rewrite decided (``instrumentation.json``) -> run the copy as the
 script (:mod:`instrumenter.launch`: ``python <stem>.autoitt.pyc ARGS``) under one backend -> record how the run went (``run.json``) ->
-the backend reads its results into a :class:`~instrumenter.summary.Summary`
--> the backend renders it. ``report`` starts again from the two records.
+the backend reads its results, given the :class:`~instrumenter.read_context.ReadContext` built once from
+the two records, into its :class:`~instrumenter.summary.Summary` -> the backend renders it. ``report``
+starts again from the two records.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from transforms import Outcome, SourceError
 
@@ -27,8 +28,12 @@ from .instrumentation import FILE as INSTRUMENTATION_FILE
 from .instrumentation import FileRecord, Instrumentation, digest
 from .options import ProfileOptions, find_launcher, vtune_launcher_problem
 from .project import Project, ProjectFile, load_project
+from .read_context import ReadContext
 from .results import RUN_FILE, RunRecord, Unwritten, new_result_dir
 from .vtune import VTuneBackend, find_vtune
+
+if TYPE_CHECKING:
+    from .builtin.step_window import StepWindow
 
 #: The backends by the name ``run.json`` records.
 BACKENDS: Dict[str, type] = {backend.name: backend for backend in (BuiltinBackend, VTuneBackend)}
@@ -57,6 +62,8 @@ class Profile:
     record: RunRecord
     instrumentation: Instrumentation
     backend: Backend
+    #: what reading the results needs of the two records (built once, from them)
+    context: ReadContext
     #: the records of the run that could not be written (run.json's end: a disk that filled during the run)
     unwritten: Tuple[Unwritten, ...] = ()
 
@@ -64,7 +71,7 @@ class Profile:
         """The run's summary: read from what was collected, or with ``recompute`` off, the one saved
         by an earlier read when it is still current."""
         saved = None if recompute else self.backend.saved(self.folder)
-        return saved if saved is not None else self.backend.read(self.folder, self.record, self.instrumentation)
+        return saved if saved is not None else self.backend.read(self.folder, self.context)
 
 
 def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say) -> Profile:
@@ -98,7 +105,7 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
         launch.write_placeholder(folder / INSTRUMENTATION_FILE, script)
         command = launch.command(script, args, folder / INSTRUMENTATION_FILE)
         record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
-                           command=command, notes=notes, trace_steps=options.trace_steps,
+                           command=command, notes=notes, trace_steps=options.builtin.trace_steps.text,
                            first_step=options.mode.skip_steps + 1)
         record.save(folder)  # before the run, so a run that never ends can still be reported
     except (OSError, OutputError) as exc:
@@ -109,6 +116,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
                                   "nothing was kept there") from None
     for note in notes:
         say(note)
+    if options.vtune.given and backend.name != VTuneBackend.name:  # no backend reads another's options
+        say(f"{', '.join(options.vtune.given)}: VTune backend options, ignored with the built-in collector")
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
     record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at, finished.machine)
     unwritten: Tuple[Unwritten, ...] = ()
@@ -119,7 +128,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
         say(f"warning: could not record how the run ended in {folder / RUN_FILE}: {exc.strerror}; "
             "`autoitt report` will not know its exit code or elapsed time")
         unwritten = (Unwritten(RUN_FILE, exc.strerror or str(exc), exc.errno),)
-    return Profile(folder, record, instrumentation, backend, unwritten)
+    context = ReadContext.of(instrumentation, record, options.builtin.trace_steps)
+    return Profile(folder, record, instrumentation, backend, context, unwritten)
 
 
 def _clear(folder: Path, keep: bool) -> None:
@@ -135,8 +145,9 @@ def _clear(folder: Path, keep: bool) -> None:
             item.unlink(missing_ok=True)
 
 
-def load(folder: Path) -> Profile:
-    """An earlier run, from its result folder (``autoitt report``)."""
+def load(folder: Path, trace_steps: Optional[StepWindow] = None) -> Profile:
+    """An earlier run, from its result folder (``autoitt report``); ``trace_steps``: another window than the
+    one recorded (``report --trace-steps``)."""
     record = RunRecord.load(folder)
     backend = BACKENDS.get(record.backend)
     if backend is None:
@@ -144,7 +155,10 @@ def load(folder: Path) -> Profile:
     if not (folder / INSTRUMENTATION_FILE).is_file():
         raise SourceError(str(folder), f"made by an earlier autoitt (no {INSTRUMENTATION_FILE}): "
                                        f"run `autoitt profile {record.script}` again")
-    return Profile(folder, record, Instrumentation.load(folder), backend())
+    if trace_steps is not None:
+        record = dataclasses.replace(record, trace_steps=trace_steps.text)
+    instrumentation = Instrumentation.load(folder)
+    return Profile(folder, record, instrumentation, backend(), ReadContext.of(instrumentation, record, trace_steps))
 
 
 def copy_path(script: Path, folder: Path) -> Path:

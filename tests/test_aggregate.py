@@ -15,6 +15,7 @@ from instrumenter.builtin.aggregate import PERCENTILE_ERROR, aggregate
 from instrumenter.builtin.intervals import Keep
 from instrumenter.builtin.scan import scan_trace_dir, scan_trace_file
 from tests.trace_writer import TraceWriter, event_scans, steps_with_operators, write_events
+from tests.contexts import read_context
 
 DOMAIN = "autoitt.train"
 NAMES = ("step", "loop", "op")
@@ -158,7 +159,7 @@ def test_a_collective_still_running_on_a_framework_thread_at_exit_is_not_a_task_
     write_events(tmp_path / "itt-100.bin", {100: STEPS, 101: OPEN_COLLECTIVE})
     found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep())
     assert found.unfinished == 0
-    assert not any("never ended" in w for w in summarize(found, 1.0, ["step"], [DOMAIN]).warnings)
+    assert not any("never ended" in w for w in summarize(found, read_context(["step"], [DOMAIN])).warnings)
     # still paired and counted, ending at its thread's last event
     assert int(found.count[found.groups.index(("PyTorch", "gloo:all_reduce"))]) == 1
 
@@ -170,7 +171,7 @@ def test_a_task_open_at_exit_on_the_main_thread_never_ended(tmp_path):
     write_events(tmp_path / "itt-100.bin", {100: [*STEPS, *OPEN_COLLECTIVE, ("begin", 50, DOMAIN, "step")]})
     found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep())
     assert found.unfinished == 2
-    assert "2 task(s) never ended" in " ".join(summarize(found, 1.0, ["step"], [DOMAIN]).warnings)
+    assert "2 task(s) never ended" in " ".join(summarize(found, read_context(["step"], [DOMAIN])).warnings)
 
 
 def test_a_thread_that_ran_an_own_task_is_the_programs(tmp_path):

@@ -19,6 +19,7 @@ import pytest
 
 from tests.cli_helpers import invoke
 from tests.test_profile import autoitt
+from tests.contexts import read_context
 
 STEP_LOOP = "class Loss:\n    def backward(self):\n        pass\n\n\nfor step in range({steps}):\n    Loss().backward()\n"
 
@@ -150,8 +151,9 @@ def test_a_trace_cut_short_shows_its_steps_of_at_least_those_that_began(tmp_path
     scans, _ = scan_trace_dir(tmp_path)
     traces = [trace for trace, _blocks in scans]
     found = aggregate(scans, [domain], Keep())
-    summary = summarize(found, 1.0, ["step"], [domain])
-    summary.steps = cut_steps(summary.steps, found.kept, found.groups, [domain], [t.pid for t in traces if t.cut])
+    context = read_context(["step"], [domain])
+    summary = summarize(found, context)
+    summary.steps = cut_steps(summary.steps, found.kept, found.groups, context, [t.pid for t in traces if t.cut])
     assert [(step.count, step.ran_at_least) for step in summary.steps] == [(6, 7)]
     out = StringIO()
     render(summary, Console(file=out, width=300), script="train.py", result_dir=tmp_path, instrumentation=None)
@@ -170,6 +172,7 @@ def test_a_trace_read_to_its_end_says_nothing_of_a_cut(tmp_path):
                                                   ("begin", 10, domain, "step")]})  # stopped inside a step
     scans, _ = scan_trace_dir(tmp_path)
     found = aggregate(scans, [domain], Keep())
-    steps = summarize(found, 1.0, ["step"], [domain]).steps
-    assert [step.ran_at_least for step in cut_steps(steps, found.kept, found.groups, [domain],
+    context = read_context(["step"], [domain])
+    steps = summarize(found, context).steps
+    assert [step.ran_at_least for step in cut_steps(steps, found.kept, found.groups, context,
                                                     [t.pid for t, _ in scans if t.cut])] == [0]

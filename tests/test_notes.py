@@ -10,7 +10,7 @@ import json
 
 from instrumenter.builtin.notes import notes
 from instrumenter.instrumentation import FileRecord, Instrumentation
-from instrumenter.summary import StepStats, Summary, TaskStats
+from instrumenter.builtin.summary import BuiltinSummary, StepStats, TaskStats
 from tests.test_profile import autoitt
 from transforms import LineMap
 
@@ -18,7 +18,7 @@ DOMAIN = "autoitt.train"
 
 
 def summary(tasks=(), steps=(), split=None, elapsed=10.0):
-    return Summary(elapsed_s=elapsed, collected_s=1.0, processes=1, threads=1, events=10, tasks=list(tasks),
+    return BuiltinSummary(elapsed_s=elapsed, collected_s=1.0, processes=1, threads=1, events=10, tasks=list(tasks),
                    steps=list(steps), operators=[], unfinished=0, warnings=[], run_split=split)
 
 

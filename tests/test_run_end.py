@@ -139,7 +139,7 @@ def test_ctrl_c_during_the_summary_says_how_to_finish_it(tmp_path, monkeypatch):
     from instrumenter.builtin import BuiltinBackend
     from instrumenter.cli import cli
 
-    def interrupted(self, folder, record, instrumentation):
+    def interrupted(self, folder, context):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(BuiltinBackend, "read", interrupted)

@@ -9,6 +9,7 @@ import numpy as np
 from instrumenter.builtin.intervals import Intervals
 from instrumenter.builtin.step_marks import mark_labels, step_marks
 from instrumenter.builtin.taskstats import step_stats
+from tests.contexts import read_context
 
 DOMAIN = "autoitt.train"
 GROUPS = [(DOMAIN, "epoch_loop"), (DOMAIN, "epoch"), (DOMAIN, "step_loop"), (DOMAIN, "step"), (DOMAIN, "eval_loop"),
@@ -49,7 +50,7 @@ def epochs_of(steps_per_epoch: List[int], pid: int = 1, start: int = 0, step_ns:
 
 
 def marks_of(intervals: Intervals, regions=REGIONS, label: str = "step"):
-    return step_marks(intervals, GROUPS, [label], [DOMAIN], regions)[label]
+    return step_marks(intervals, GROUPS, read_context([label], [DOMAIN], regions))[label]
 
 
 def test_an_epoch_starts_at_its_first_step():
@@ -92,7 +93,7 @@ def test_indices_follow_the_order_step_stats_gives_the_durations():
     for number, row in enumerate(finished, 1):  # each finished step number ns long, in the order of the durations
         rows[rows.index(row)] = (row[0], row[1], "step", row[3], row[3] + number)
     intervals = kept(*rows)
-    durations = step_stats(intervals, GROUPS, ["step"], [DOMAIN])[0].durations_s
+    durations = step_stats(intervals, GROUPS, read_context(["step"], [DOMAIN]))[0].durations_s
     assert np.round(np.asarray(durations) * 1e9).astype(int).tolist() == [1, 2, 3, 4, 5, 6, 7]
     marks = marks_of(intervals)
     # process 7 first (epochs of 2 and 2 steps), then process 3 (3 steps)
@@ -112,14 +113,14 @@ def test_tasks_of_other_domains_are_not_marks():
 
 def test_each_step_loop_gets_its_own_indices():
     rows = epochs_of([2, 2]) + [(1, 1, "other.step", 6, 7), (1, 1, "other.step", 40, 41)]
-    found = step_marks(kept(*rows), GROUPS, ["step", "other.step"], [DOMAIN], REGIONS)
+    found = step_marks(kept(*rows), GROUPS, read_context(["step", "other.step"], [DOMAIN], REGIONS))
     assert found["step"].epochs.tolist() == [0, 2]
     assert found["other.step"].epochs.tolist() == [0, 1] and found["other.step"].evals.tolist() == [0, 1]
 
 
 def test_a_run_past_its_trace_limit_has_partial_marks():
     intervals = kept(*epochs_of([2]))
-    assert step_marks(intervals, GROUPS, ["step"], [DOMAIN], REGIONS, partial=True)["step"].partial
+    assert step_marks(intervals, GROUPS, read_context(["step"], [DOMAIN], REGIONS), partial=True)["step"].partial
 
 
 def test_roles_come_from_the_regions_and_the_library_callbacks():

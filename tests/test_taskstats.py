@@ -17,6 +17,7 @@ from instrumenter.builtin.taskstats import summarize
 from instrumenter.builtin.events import Event
 from instrumenter.builtin.tracefile import ProcessTrace
 from tests.trace_writer import event_scans
+from tests.contexts import read_context
 
 DOMAIN = "autoitt.train"
 
@@ -33,7 +34,7 @@ def task(summary, name: str):
 
 def summary_of(*traces: ProcessTrace):
     found = aggregate(event_scans(traces), [DOMAIN], Keep(), start_paused=False)
-    return summarize(found, 1.0, ["step"], [DOMAIN])
+    return summarize(found, read_context(["step"], [DOMAIN]))
 
 
 # train(depth=2) calls itself inside its loop: step_loop 0..100 holds step_loop 10..60 holds step_loop 20..40.

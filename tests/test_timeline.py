@@ -14,6 +14,7 @@ from instrumenter.builtin.events import Event
 from instrumenter.builtin.tracefile import ProcessTrace
 from tests.test_profile import autoitt
 from tests.trace_writer import event_scans
+from tests.contexts import read_context
 
 DOMAIN = "autoitt.train"
 
@@ -32,9 +33,10 @@ def _run(steps, operators_per_step=2, pid=1):
 
 
 def _timeline(traces, spec):
-    steps = StepWindow.parse(spec)
-    first = aggregate(event_scans(traces), [DOMAIN], keep_policy(steps), start_paused=False, step_labels=["step"])
-    kept, note = timeline(first, ["step"], [DOMAIN], steps)
+    context = read_context(["step"], [DOMAIN], trace_steps=spec)
+    first = aggregate(event_scans(traces), [DOMAIN], keep_policy(context.trace_steps), start_paused=False,
+                      step_labels=["step"])
+    kept, note = timeline(first, context)
     names = [first.groups[g] for g in kept.group.tolist()]
     return [(domain, name, pid, start) for (domain, name), pid, start in zip(names, kept.pid.tolist(),
                                                                            kept.start.tolist())], note
@@ -151,12 +153,12 @@ def test_the_window_is_the_same_however_the_file_is_cut_into_blocks(tmp_path):
     writer = TraceWriter(tmp_path / "itt-100.bin")
     steps_with_operators(writer, 500, 3, domain=DOMAIN)
     writer.close()
-    steps = StepWindow.parse("2-4,250,-3")
+    context = read_context(["step"], [DOMAIN], trace_steps="2-4,250,-3")
 
     def window(block_bytes):
         scan = scan_trace_file(tmp_path / "itt-100.bin", block_bytes=block_bytes)
-        found = aggregate([scan], [DOMAIN], keep_policy(steps), start_paused=False, step_labels=["step"])
-        kept, note = timeline(found, ["step"], [DOMAIN], steps)
+        found = aggregate([scan], [DOMAIN], keep_policy(context.trace_steps), start_paused=False, step_labels=["step"])
+        kept, note = timeline(found, context)
         return sorted(zip(kept.start.tolist(), kept.group.tolist())), note
 
     whole, note = window(1 << 24)

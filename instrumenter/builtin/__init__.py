@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .. import target
 from ..backend import Backend, Finished, Job, Say
@@ -25,8 +25,11 @@ from .. import launch
 from ..instrumentation import FILE as INSTRUMENTATION_FILE
 from ..options import under_launcher
 from ..instrumentation import Instrumentation
-from ..results import RUN_FILE, RunRecord, autoitt_fault
-from ..summary import Summary
+from ..results import RUN_FILE, autoitt_fault
+from .summary import BuiltinSummary
+
+if TYPE_CHECKING:  # read_context imports this package's StepWindow
+    from ..read_context import ReadContext
 
 #: The collector's per-process files, inside the result folder.
 TRACE_SUBDIR = "itt"
@@ -38,16 +41,16 @@ FOLDED_FILE = "hotspots.folded"
 
 class BuiltinBackend(Backend):
     name = "builtin"
+    summary_type = BuiltinSummary
 
     def run(self, job: Job, say: Say) -> Finished:
         from ..collector import environment
 
-        if job.options.vtune_flags_given:
-            say(f"{', '.join(job.options.vtune_flags_given)}: VTune backend options, ignored with the built-in collector")
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
         env = launch.environment(os.environ, job.script, job.folder / INSTRUMENTATION_FILE)
-        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, job.options.trace_limit,
-                               job.options.sample_hz, job.instrumentation.domains))
+        own = job.options.builtin
+        env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, own.trace_limit,
+                               own.sample_hz, job.instrumentation.domains))
         started, started_at = time.perf_counter(), time.time()
         before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
@@ -59,7 +62,7 @@ class BuiltinBackend(Backend):
         elapsed = time.perf_counter() - started
         return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed))
 
-    def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
+    def read(self, folder: Path, context: ReadContext) -> BuiltinSummary:
         """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
         trace.json, summary.json, steps.svg and hotspots.folded (when samples were taken) where the folder can be
         written: a read-only result folder is still summarized."""
@@ -74,66 +77,62 @@ class BuiltinBackend(Backend):
         from .samplefile import read_sample_dir
         from .sampling import summarize_samples
         from .scan import scan_trace_dir
-        from .timeline import StepWindow, keep_policy, timeline
+        from .timeline import keep_policy, timeline
         from .phases import with_samples
         from dataclasses import replace
 
+        record, instrumentation, domains = context.record, context.instrumentation, context.domains
         trace_dir = folder / TRACE_SUBDIR
         scans, skipped = scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
         traces = [trace for trace, _blocks in scans]
-        steps = StepWindow.parse(record.trace_steps)
-        labels, domains = instrumentation.step_labels, instrumentation.domains
-        found = aggregate(scans, domains, keep_policy(steps), instrumentation.start_paused, labels)
-        # a run whose end was never recorded (autoitt was killed while it ran) has no elapsed time: not 0
-        ended = record.elapsed_s > 0 or record.exit_code is not None
-        summary = summarize(found, record.elapsed_s if ended else None, labels, domains, first_step=record.first_step)
-        summary.steps = cut_steps(summary.steps, found.kept, found.groups, domains,
-                                  [trace.pid for trace in traces if trace.cut])
-        if not ended:
-            summary.warnings.append(f"the run's end was not recorded in {RUN_FILE} (autoitt was stopped before the "
-                                    "run ended, or could not write it): its elapsed time and exit code are unknown")
-        summary.run_split = run_split(traces, found.windows, record)
-        summary.machine = record.machine
-        summary.ranks = rank_stats(traces, found.kept, found.groups, labels, domains)
-        summary.stragglers = stragglers(summary.ranks)
-        summary.warnings.extend(skipped)
+        found = aggregate(scans, domains, keep_policy(context.trace_steps), instrumentation.start_paused,
+                          context.step_labels)
+        base = summarize(found, context)
+        steps = cut_steps(base.steps, found.kept, found.groups, context, [trace.pid for trace in traces if trace.cut])
+        warnings = list(base.warnings)
+        if not context.ended:
+            warnings.append(f"the run's end was not recorded in {RUN_FILE} (autoitt was stopped before the "
+                            "run ended, or could not write it): its elapsed time and exit code are unknown")
+        ranks = rank_stats(traces, found.kept, found.groups, context)
+        warnings.extend(skipped)
         fault = autoitt_fault(folder)
         if fault:
-            summary.warnings.append(fault)
-        elif not any(task.domain in domains for task in summary.tasks):
-            summary.warnings.append(_why_nothing(traces, skipped, instrumentation, summary, record.exit_code))
-        kept, summary.trace_window = timeline(found, labels, domains, steps)
-        summary.counters, summary.counter_notes = task_counters(traces, found, domains), counter_notes(traces)
+            warnings.append(fault)
+        elif not any(task.domain in domains for task in base.tasks):
+            warnings.append(_why_nothing(traces, skipped, instrumentation, base, record.exit_code))
+        kept, trace_window = timeline(found, context)
         sampled = summarize_samples(read_sample_dir(trace_dir) if trace_dir.is_dir() else [],
                                     {trace.pid: (trace.domains, trace.strings) for trace in traces},
                                     instrumentation, domains,
-                                    {step.label: step.measured_spans for step in summary.steps if step.measured_spans},
+                                    {step.label: step.measured_spans for step in steps if step.measured_spans},
                                     found.windows)
-        outputs = {}
+        outputs, samples = {}, {}
         if sampled is not None:
             # without operator tasks, the samples tell the step's Python from the framework's time (compute);
             # a loop of Python and numpy alone has no framework: its time stays Python
             frameworks = any(file.frameworks for file in instrumentation.files)
             python = sampled.info.get("python_cpu_s_in_steps", {}) if frameworks else {}
-            summary.steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
-                             if step.label in python and step.phase_steps else step for step in summary.steps]
-            summary.sampling, summary.hotspots, summary.hotspot_lines = sampled.info, sampled.hotspots, sampled.lines
-            summary.hotspots_by_task, summary.hotspots_outside = sampled.by_task, sampled.outside
-            summary.hotspot_lines_outside = sampled.outside_lines
+            steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
+                     if step.label in python and step.phase_steps else step for step in steps]
+            samples = dict(sampling=sampled.info, hotspots=sampled.hotspots, hotspot_lines=sampled.lines,
+                           hotspots_by_task=sampled.by_task, hotspots_outside=sampled.outside,
+                           hotspot_lines_outside=sampled.outside_lines)
             outputs[FOLDED_FILE] = "".join(line + "\n" for line in sampled.folded)
+        summary = replace(base, steps=steps, warnings=warnings, run_split=run_split(traces, found.windows, record),
+                          machine=record.machine, ranks=ranks, stragglers=stragglers(ranks), trace_window=trace_window,
+                          counters=task_counters(traces, found, domains), counter_notes=counter_notes(traces),
+                          **samples)
         script_name = readable(Path(record.script).name)
-        summary.unwritten = save_outputs(folder, {
+        unwritten = save_outputs(folder, {
             **outputs,
-            "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name,
-                                                         summary.trace_window),
+            "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name, trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
-            "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}", step_marks(
-                found.kept, found.groups, labels, domains, instrumentation.regions, partial=found.limited)),
+            "steps.svg": step_time_svg(steps, f"Step time, {script_name}",
+                                       step_marks(found.kept, found.groups, context, partial=found.limited)),
         })
-        summary.warnings.extend(unwritten_warnings(folder, summary.unwritten))
-        return summary
+        return replace(summary, warnings=[*warnings, *unwritten_warnings(folder, unwritten)], unwritten=unwritten)
 
-    def saved(self, folder: Path) -> Optional[Summary]:
+    def saved(self, folder: Path) -> Optional[BuiltinSummary]:
         """summary.json, unless a trace file is newer (a run still writing, or traces replaced) or it is not
         this autoitt's (then it is read again)."""
         path = folder / SUMMARY_FILE
@@ -142,11 +141,11 @@ class BuiltinBackend(Backend):
             traces = folder / TRACE_SUBDIR
             if traces.is_dir() and any(p.stat().st_mtime_ns > written for p in traces.iterdir()):
                 return None
-            return Summary.from_json(json.loads(path.read_text()))
+            return BuiltinSummary.from_json(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def render(self, summary: Summary, console, *, script: str, result_dir: Path,
+    def render(self, summary: BuiltinSummary, console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation, verbose: bool = False) -> None:
         from .render import render
 
@@ -154,7 +153,7 @@ class BuiltinBackend(Backend):
                verbose=verbose)
 
 
-def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: Summary,
+def _why_nothing(traces, skipped, instrumentation: Instrumentation, summary: BuiltinSummary,
                  exit_code: Optional[int] = None) -> str:
     """The likeliest reason no task of autoitt's markers (or of the script's own) was recorded."""
     if skipped and not traces:

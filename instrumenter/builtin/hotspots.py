@@ -8,7 +8,7 @@ sampling period of its thread's CPU time. A function's self time is the
 samples with it as the leaf; its total time is the samples with it anywhere
 in the stack (counted once per sample, however deep the recursion).
 
-Output: :class:`~instrumenter.summary.Hotspot` rows, and folded stacks
+Output: :class:`~instrumenter.builtin.summary.Hotspot` rows, and folded stacks
 (``frame;frame;frame count`` lines, the format flame-graph tools and
 speedscope read).
 """
@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..summary import Hotspot
+from .summary import Hotspot
 
 #: Rows of each hotspot list kept in the summary.
 TOP = 15

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 from ..console import duration
 from ..instrumentation import Instrumentation
-from ..summary import Summary
+from .summary import BuiltinSummary
 
 #: A part of the run worth a note, as a share of it.
 LARGE_PART = 0.5
@@ -51,7 +51,7 @@ def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:
     return notes
 
 
-def notes(summary: Summary, instrumentation: Optional[Instrumentation]) -> List[str]:
+def notes(summary: BuiltinSummary, instrumentation: Optional[Instrumentation]) -> List[str]:
     """Every note for ``summary``, most telling first."""
     found = contention_note(summary.machine, summary.steps) + split_notes(summary.run_split, summary.elapsed_s)
     for step in summary.steps:

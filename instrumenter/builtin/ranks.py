@@ -12,13 +12,16 @@ rank is time the others spent waiting (in an all-reduce, say).
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterable, List, Sequence
 
 import numpy as np
 
-from ..summary import RankStats, Straggler
+from .summary import RankStats, Straggler
 from .aggregate import Intervals
 from .taskstats import step_stats
+
+if TYPE_CHECKING:
+    from ..read_context import ReadContext
 
 
 def ranked(traces: Iterable) -> bool:
@@ -26,18 +29,16 @@ def ranked(traces: Iterable) -> bool:
     return len({trace.rank for trace in traces if trace.rank is not None}) >= 2
 
 
-def rank_stats(traces: Sequence, kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
-               domains: Optional[Iterable[str]]) -> List[RankStats]:
+def rank_stats(traces: Sequence, kept: Intervals, groups: List[tuple], context: ReadContext) -> List[RankStats]:
     """Step statistics per rank, for the processes that have one; an empty list unless :func:`ranked`."""
     if not ranked(traces):
         return []
     rank_of = {trace.pid: trace.rank for trace in traces if trace.rank is not None}
-    labels = list(step_labels)
     result = []
     for rank in sorted(set(rank_of.values())):
         pids = sorted(pid for pid, r in rank_of.items() if r == rank)
         own = kept.take(np.isin(kept.pid, pids))
-        result.append(RankStats(rank=rank, pids=pids, steps=step_stats(own, groups, labels, domains)))
+        result.append(RankStats(rank=rank, pids=pids, steps=step_stats(own, groups, context)))
     return result
 
 

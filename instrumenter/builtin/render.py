@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ..console import collected_line, duration, literal, table
 from ..instrumentation import Instrumentation
-from ..summary import Hotspot, StepStats, Summary, TaskStats
+from .summary import BuiltinSummary, Hotspot, StepStats, TaskStats
 from .hotspots import elide_templates
 from .notes import notes
 from .taskstats import OPERATOR_PREFIXES, TORCH_DOMAIN
@@ -45,7 +45,7 @@ def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str
                   key=lambda d: (d != own_domain, not d.startswith("autoitt."), d != TORCH_DOMAIN, d))
 
 
-def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
+def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir: Path,
            instrumentation: Optional[Instrumentation], verbose: bool = False) -> None:
     """Header, where the run went, step loops with their phases, top operators, notes, and the files."""
     own_domain = instrumentation.domain if instrumentation is not None else None
@@ -94,7 +94,7 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path,
                   + ("." if verbose else ", with --verbose every task table."))
 
 
-def _render_domains(summary: Summary, console: Console, own_domain: Optional[str], all_domains: bool) -> None:
+def _render_domains(summary: BuiltinSummary, console: Console, own_domain: Optional[str], all_domains: bool) -> None:
     """Top tasks per domain (the own domain only, unless ``all_domains``); PyTorch's without its operators."""
     for domain in _domain_order(summary.tasks, own_domain):
         if not all_domains and domain != own_domain:
@@ -157,7 +157,7 @@ def _render_steps(step: StepStats, console: Console) -> None:
     console.print(grid)
 
 
-def _render_evaluations(summary: Summary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
+def _render_evaluations(summary: BuiltinSummary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
     """One line per evaluation the rewrite marked and the run recorded: how often it ran, its time each run and
     in all, and its share of the run (an evaluation between epochs is time the steps do not show)."""
     if instrumentation is None or summary.elapsed_s is not None and summary.elapsed_s <= 0:
@@ -200,7 +200,7 @@ def _render_counters(counted: Optional[dict], label: str, console: Console) -> N
     console.print(f"  counted per `{literal(label)}` (the whole process): " + ", ".join(parts))
 
 
-def _render_operators(summary: Summary, console: Console, operators) -> None:
+def _render_operators(summary: BuiltinSummary, console: Console, operators) -> None:
     if not operators:
         return
     thread_time = summary.thread_time_s
@@ -271,7 +271,7 @@ def _hotspot_table(title: str, rows: List[Hotspot], scope: str) -> Table:
     return grid
 
 
-def _render_hotspots(summary: Summary, console: Console, verbose: bool,
+def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
                      instrumentation: Optional[Instrumentation]) -> None:
     """Sampled CPU time: the top functions of the collected training, of each step loop's step (every task
     with ``verbose``), and outside collection."""
@@ -327,7 +327,7 @@ def _render_hotspots(summary: Summary, console: Console, verbose: bool,
                       "were lost while the program had replaced the sampling signal's handler behind autoitt's back")
 
 
-def _render_ranks(summary: Summary, console: Console) -> None:
+def _render_ranks(summary: BuiltinSummary, console: Console) -> None:
     """Step time per rank, and how far the slowest rank trails the fastest, per step."""
     if not summary.ranks:
         return

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..instrumentation import Instrumentation
-from ..summary import Hotspot
+from .summary import Hotspot
 from . import hotspots
 from .samplefile import SampleFile
 from .stacks import AUTOITT, Resolver
@@ -52,7 +52,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
                       step_spans: Optional[Dict[str, Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]]] = None,
                       windows: Optional[Dict[int, List[Tuple[int, int]]]] = None) -> Optional[Sampled]:
     """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples. ``step_spans``:
-    per step label, the steps its phases are over (:attr:`~instrumenter.summary.StepStats.measured_spans`):
+    per step label, the steps its phases are over (:attr:`~instrumenter.builtin.summary.StepStats.measured_spans`):
     ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them.
     ``windows``: per pid, its collection windows (:attr:`~.aggregate.Aggregates.windows`), for the processes
     that never controlled collection themselves (see :func:`_outside_collection`)."""

@@ -18,12 +18,15 @@ from the tasks library callbacks name (:mod:`instrumenter.libraries`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Sequence, Set, Tuple
 
 import numpy as np
 
 from ..libraries import EPOCH, EVAL_LOOP
 from .intervals import Intervals
+
+if TYPE_CHECKING:
+    from ..read_context import ReadContext
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,12 +69,11 @@ def _ids(groups: Sequence[Tuple[str, str]], names: Iterable[str], domains: Itera
     return [g for g, (domain, name) in enumerate(groups) if name in wanted and domain in own]
 
 
-def step_marks(kept: Intervals, groups: Sequence[Tuple[str, str]], step_labels: Iterable[str],
-               domains: Iterable[str], regions: Iterable[dict] = (), partial: bool = False) -> Dict[str, StepMarks]:
-    """Per step label with finished steps in ``kept``: its marks (``partial``: ``kept`` does not hold every
-    step of the run)."""
-    domains = list(domains)
-    step_labels = list(step_labels)
+def step_marks(kept: Intervals, groups: Sequence[Tuple[str, str]], context: ReadContext,
+               partial: bool = False) -> Dict[str, StepMarks]:
+    """Per step label of ``context`` with finished steps in ``kept``: its marks, epochs and evaluations told
+    by the context's regions (``partial``: ``kept`` does not hold every step of the run)."""
+    domains, step_labels, regions = list(context.domains), list(context.step_labels), context.regions
     names = {name for domain, name in groups if domain in set(domains)}
     epoch_names, eval_names = mark_labels(regions, names, step_labels)
     epoch_rows = np.flatnonzero(np.isin(kept.group, _ids(groups, epoch_names, domains)))

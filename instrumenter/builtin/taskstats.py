@@ -2,22 +2,26 @@
 
 Input is :func:`~instrumenter.builtin.aggregate.aggregate`'s :class:`Aggregates`
 (statistics of every task over the whole run, and the instances kept: all of
-the run's own domains'); output is the plain dataclasses of
-:mod:`instrumenter.summary`. Times are seconds in the output, nanoseconds inside.
+the run's own domains'), and the run's :class:`~instrumenter.read_context.ReadContext` (its step labels,
+own domains, first step); output is the plain dataclasses of :mod:`instrumenter.builtin.summary`. Times
+are seconds in the output, nanoseconds inside.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from ..summary import StepStats, Summary, TaskStats
 from . import phases
 from .aggregate import Aggregates, Intervals
 from .intervals import merged, overlapping
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
+from .summary import BuiltinSummary, StepStats, TaskStats
+
+if TYPE_CHECKING:
+    from ..read_context import ReadContext
 
 #: The names of the PyTorch tasks the operator table ranks: operators, and collectives (gloo's run on its threads).
 OPERATOR_PREFIXES = ("aten::", "autograd::") + COMMUNICATION_PREFIXES
@@ -73,9 +77,9 @@ def _step_ids(groups: List[tuple], label: str, domains: Optional[Iterable[str]])
     return [g for g, (domain, name) in enumerate(groups) if name == label and (wanted is None or domain in wanted)]
 
 
-def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
-               domains: Optional[Iterable[str]] = None, totals: Optional[Aggregates] = None) -> List[StepStats]:
-    """Per step label, on autoitt's own domains (``None``: any domain): the finished instances, in the
+def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
+               totals: Optional[Aggregates] = None) -> List[StepStats]:
+    """Per step label of ``context``, on its own domains: the finished instances, in the
     order ``kept`` holds them (by process and thread, each thread's in the order they began); the
     durations kept for the plot as float32 seconds.
 
@@ -83,8 +87,8 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     come from its statistics (percentiles within ``aggregate.PERCENTILE_ERROR``), the first step and the
     durations (the plot's) from ``kept``."""
     result = []
-    for label in step_labels:
-        ids = _step_ids(groups, label, domains)
+    for label in context.step_labels:
+        ids = _step_ids(groups, label, context.domains)
         if not ids:
             continue
         mask = np.isin(kept.group, ids) & kept.finished
@@ -123,16 +127,16 @@ def step_stats(kept: Intervals, groups: List[tuple], step_labels: Iterable[str],
     return result
 
 
-def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], domains: Optional[Iterable[str]],
+def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], context: ReadContext,
               cut_pids: Iterable[int]) -> List[StepStats]:
-    """``steps`` with :attr:`~instrumenter.summary.StepStats.ran_at_least` set for each loop that ran in a
+    """``steps`` with :attr:`~instrumenter.builtin.summary.StepStats.ran_at_least` set for each loop that ran in a
     process whose trace was cut short (``cut_pids``): its steps after the cut are not in the trace."""
     cut = np.fromiter(cut_pids, np.int64)
     if not len(cut):
         return steps
     result = []
     for step in steps:
-        loop = np.isin(kept.group, _step_ids(groups, step.label, domains))
+        loop = np.isin(kept.group, _step_ids(groups, step.label, context.domains))
         if np.isin(kept.pid[loop], cut).any():
             step = replace(step, ran_at_least=max(step.count, int(loop.sum())))
         result.append(step)
@@ -169,9 +173,8 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
              for name, ns in measured.nanoseconds.items()}, measured)
 
 
-def summarize(aggregates: Aggregates, elapsed_s: Optional[float], step_labels: Iterable[str],
-              domains: Optional[Iterable[str]], top: int = 15, first_step: int = 1) -> Summary:
-    """The summary of a run from its aggregates."""
+def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> BuiltinSummary:
+    """The summary of a run from its aggregates: its tasks, steps and operators (the reading adds the rest)."""
     a = aggregates
     stats = task_stats(a)
     operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)),
@@ -180,16 +183,15 @@ def summarize(aggregates: Aggregates, elapsed_s: Optional[float], step_labels: I
     if a.unfinished:
         warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them, or its trace ends there); "
                         "they end at the last event")
-    return Summary(
-        elapsed_s=elapsed_s,
+    return BuiltinSummary(
+        elapsed_s=context.elapsed_s,
         collected_s=a.collected_ns / 1e9,
         thread_time_s=a.thread_time_ns / 1e9,
         processes=a.processes,
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=[_with_phases(a, step, domains, step_labels, first_step)
-               for step in step_stats(a.kept, a.groups, step_labels, domains, a if a.limited else None)],
+        steps=[_with_phases(a, step, context) for step in step_stats(a.kept, a.groups, context, a if a.limited else None)],
         operators=operators,
         unfinished=a.unfinished,
         warnings=warnings,
@@ -219,9 +221,10 @@ def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Inter
     return tasks.take(near), remap[chosen], remap[loop]
 
 
-def _with_phases(a: Aggregates, step: StepStats, domains, step_labels, first_step: int) -> StepStats:
-    found, measured = step_phases(a, _step_ids(a.groups, step.label, domains), step.warmup_steps, domains,
-                                  step_labels)
+def _with_phases(a: Aggregates, step: StepStats, context: ReadContext) -> StepStats:
+    first_step = context.first_step
+    found, measured = step_phases(a, _step_ids(a.groups, step.label, context.domains), step.warmup_steps,
+                                  context.domains, context.step_labels)
     if measured is None:
         return replace(step, first_step=first_step)
     return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,

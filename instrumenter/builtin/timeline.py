@@ -29,60 +29,31 @@ timeline's, whatever the run's length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import numpy as np
 
 from .aggregate import Aggregates
 from .intervals import Intervals, Keep, overlapping
+from .step_window import StepWindow
+
+if TYPE_CHECKING:
+    from ..read_context import ReadContext
 
 #: Up to this many tasks, ``auto`` keeps the whole timeline (about 100 MB of trace.json).
 AUTO_ALL_TASKS = 1_000_000
-#: ``auto`` past that: these steps (1-based ranges) and the last ones.
-AUTO_RANGES = ((2, 11),)
-AUTO_LAST = 10
 
 
-@dataclass(frozen=True)
-class StepWindow:
-    """A parsed ``--trace-steps``: ``everything``, or ranges of steps and a count of last steps."""
-
-    everything: bool = False
-    ranges: Tuple[Tuple[int, int], ...] = ()
-    last: int = 0
-    automatic: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> "StepWindow":
-        """``auto``, ``all`` or ``A-B,C,-N``; ``ValueError`` naming what is wrong."""
-        text = text.strip()
-        if text == "auto":
-            return cls(ranges=AUTO_RANGES, last=AUTO_LAST, automatic=True)
-        if text == "all":
-            return cls(everything=True)
-        ranges, last = [], 0
-        for part in (p.strip() for p in text.split(",")):
-            first, dash, second = part.partition("-")
-            if not first and dash and second.isdigit() and int(second) > 0:
-                last = max(last, int(second))
-            elif first.isdigit() and int(first) > 0 and (not dash or second.isdigit() and int(second) >= int(first)):
-                ranges.append((int(first), int(second) if dash else int(first)))
-            else:
-                raise ValueError(f"{part!r}: expected A-B (steps A to B), A (one step) or -N (the last N steps)")
-        return cls(ranges=tuple(ranges), last=last)
-
-
-def timeline(found: Aggregates, step_labels: Iterable[str], domains: Iterable[str],
-             steps: StepWindow) -> Tuple[Intervals, Optional[str]]:
-    """The instances ``trace.json`` holds and, when some were left out, a sentence saying what it holds.
+def timeline(found: Aggregates, context: ReadContext) -> Tuple[Intervals, Optional[str]]:
+    """The instances ``trace.json`` holds (``context.trace_steps``'s window) and, when some were left out, a
+    sentence saying what it holds.
 
     ``found`` is the pass made with :func:`keep_policy`: everything it kept, or the own domains' and the
     others of its window of steps.
     """
     if found.kept_everything:
         return found.kept, None
-    own = set(domains)
+    own, step_labels, steps = set(context.domains), context.step_labels, context.trace_steps
     kept = found.kept
     steps_too = steps.automatic and len(kept) > AUTO_ALL_TASKS
     if steps_too:

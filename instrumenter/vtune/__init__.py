@@ -17,8 +17,8 @@ from typing import Optional
 
 from ..backend import Backend, Finished, Job, Say
 from ..instrumentation import Instrumentation
-from ..results import RunRecord
-from ..summary import Summary
+from ..read_context import ReadContext
+from .summary import VTuneSummary
 
 
 def find_vtune() -> Optional[Path]:
@@ -36,6 +36,7 @@ def find_vtune() -> Optional[Path]:
 
 class VTuneBackend(Backend):
     name = "vtune"
+    summary_type = VTuneSummary
 
     def __init__(self, vtune: Optional[Path] = None) -> None:
         self.vtune = vtune
@@ -52,18 +53,18 @@ class VTuneBackend(Backend):
         runs = collect.run(config, job.folder, say, job.options.json_output)
         return Finished(collect.script_exit_code(runs), time.perf_counter() - started)
 
-    def read(self, folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
+    def read(self, folder: Path, context: ReadContext) -> VTuneSummary:
         from .read import analyse
 
-        return analyse(folder, record, instrumentation)
+        return analyse(folder, context)
 
-    def render(self, summary: Summary, console, *, script: str, result_dir: Path,
+    def render(self, summary: VTuneSummary, console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation, verbose: bool = False) -> None:
         # VTune's summary is one table per analysis already; its full reports are VTune's own (vtune-gui)
         from .render import render
 
         render(summary, console, script=script, result_dir=result_dir)
 
-    def incomplete(self, summary: Summary) -> Optional[str]:
-        failed = summary.vtune.failed if summary.vtune is not None else []
+    def incomplete(self, summary: VTuneSummary) -> Optional[str]:
+        failed = summary.failed
         return f"VTune could not complete: {', '.join(failed)} (see above)" if failed else None

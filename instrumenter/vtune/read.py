@@ -13,41 +13,21 @@ import ast
 import dataclasses
 import json
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from ..instrumentation import Instrumentation, digest
-from ..results import RunRecord, autoitt_fault, save_outputs, unwritten_warnings
-from ..summary import Summary
-from .collect import CSV_DIR, AnalysisRun, load, rank_of
+from ..read_context import ReadContext
+from ..results import autoitt_fault, save_outputs, unwritten_warnings
+from .collect import CSV_DIR, load, rank_of
 from .commands import REPORTS
-from .csv_reports import FunctionRow, ResultReport, read_result
+from .csv_reports import FunctionRow, read_result
+from .summary import VTuneAnalysis, VTuneSummary
 
 
-@dataclass
-class VTuneAnalysis:
-    run: AnalysisRun
-    results: List[ResultReport]
-
-
-@dataclass
-class VTuneSummary:
-    """The VTune part of a :class:`~instrumenter.summary.Summary`."""
-
-    vtune: str
-    analyses: List[VTuneAnalysis]
-    #: How to open each result folder in the GUI.
-    gui: List[str]
-    csv_dir: str
-
-    @property
-    def failed(self) -> List[str]:
-        return [a.run.analysis for a in self.analyses if a.run.status == "failed"]
-
-
-def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -> Summary:
+def analyse(folder: Path, context: ReadContext) -> VTuneSummary:
     """The summary of a VTune run from vtune.json and the saved CSVs; writes summary.json."""
+    record, instrumentation = context.record, context.instrumentation
     vtune, runs = load(folder)
     warnings: List[str] = []
     to_original = source_mapper(instrumentation, warnings)
@@ -74,17 +54,13 @@ def analyse(folder: Path, record: RunRecord, instrumentation: Instrumentation) -
     ended = [run.elapsed_s for run in runs if run.elapsed_s] + ([record.elapsed_s] if record.elapsed_s else [])
     elapsed = first.elapsed_s if first is not None else (ended[0] if ended else None)
     collected = elapsed - first.paused_s if first is not None and first.paused_s is not None else 0.0
-    summary = Summary(
-        elapsed_s=elapsed, collected_s=max(collected, 0.0), processes=0, threads=0, events=0,
-        tasks=[], steps=[], operators=[], unfinished=0, warnings=warnings,
-        vtune=VTuneSummary(vtune=vtune, analyses=analyses,
-                           gui=[f"vtune-gui {shlex.quote(str(folder / name))}"
-                                for a in analyses for name in a.run.result_dirs],
-                           csv_dir=str(folder / CSV_DIR)),
-    )
-    summary.unwritten = save_outputs(folder, {"summary.json": json.dumps(summary.to_json(), indent=2) + "\n"})
-    summary.warnings.extend(unwritten_warnings(folder, summary.unwritten))
-    return summary
+    summary = VTuneSummary(elapsed_s=elapsed, collected_s=max(collected, 0.0), warnings=warnings, vtune=vtune,
+                           analyses=analyses, gui=[f"vtune-gui {shlex.quote(str(folder / name))}"
+                                                   for a in analyses for name in a.run.result_dirs],
+                           csv_dir=str(folder / CSV_DIR))
+    unwritten = save_outputs(folder, {"summary.json": json.dumps(summary.to_json(), indent=2) + "\n"})
+    return dataclasses.replace(summary, warnings=[*warnings, *unwritten_warnings(folder, unwritten)],
+                               unwritten=unwritten)
 
 
 def source_mapper(instrumentation: Instrumentation, warnings: List[str]) -> Callable[[FunctionRow], FunctionRow]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..console import collected_line, duration, literal, table
-from ..summary import Summary
+from .summary import VTuneSummary
 
 _TOP = 12
 
@@ -16,15 +16,14 @@ _FUNCTIONS_SHOWN = 10
 _STATUS = {"ok": "done", "failed": "VTune failed", "script-failed": "the script failed", "not-run": "not run"}
 
 
-def render(summary: Summary, console: Console, *, script: str, result_dir: Path) -> None:
+def render(summary: VTuneSummary, console: Console, *, script: str, result_dir: Path) -> None:
     """Per analysis: how it went (VTune's errors and what to do), then each result folder's figures."""
-    vtune = summary.vtune
-    console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, vtune backend ({literal(vtune.vtune)})")
+    console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, vtune backend ({literal(summary.vtune)})")
     share = collected_line(summary.elapsed_s, summary.collected_s)
     collected = f"; collected (not paused) {duration(summary.collected_s)}{share}" if summary.collected_s else ""
     elapsed = duration(summary.elapsed_s) if summary.elapsed_s is not None else "unknown (the run's end was not recorded)"
     console.print(f"  elapsed {elapsed}{collected}")
-    for analysis in vtune.analyses:
+    for analysis in summary.analyses:
         run = analysis.run
         where = ", ".join(literal(result_dir / name) for name in run.result_dirs)
         state = _STATUS.get(run.status, run.status)
@@ -45,10 +44,10 @@ def render(summary: Summary, console: Console, *, script: str, result_dir: Path)
             _render_result(console, run.analysis, result)
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/yellow] {literal(warning)}")
-    if vtune.gui:
-        console.print("Open in the VTune GUI: " + literal("; ".join(vtune.gui)))
+    if summary.gui:
+        console.print("Open in the VTune GUI: " + literal("; ".join(summary.gui)))
     folder = literal(result_dir)
-    console.print(f"Results in {folder}/: VTune's reports as CSV in {literal(vtune.csv_dir)}/, summary.json; "
+    console.print(f"Results in {folder}/: VTune's reports as CSV in {literal(summary.csv_dir)}/, summary.json; "
                   f"`autoitt report {folder}` prints this again.")
 
 
