@@ -128,7 +128,7 @@ class BuiltinBackend(Backend):
                                                          summary.trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
             "steps.svg": step_time_svg(summary.steps, f"Step time, {script_name}", step_marks(
-                found.kept, found.groups, labels, domains, instrumentation.regions, partial=found.limited)),
+                found.kept, found.groups, labels, domains, instrumentation.tasks, partial=found.limited)),
         })
         summary.warnings.extend(unwritten_warnings(folder, summary.unwritten))
         return summary
