@@ -26,6 +26,9 @@ Format (version 1), a JSON object::
                                            # with --skip-steps/--steps)
         "sha256": "...",                   # of the original's bytes, to tell a script edited since
         "regions": [{"line": 101, ...}],   # as ``autoitt loops --json`` prints them
+        "tasks": [{"role": "step", "label": "step", "around": "step_loop", "each": "step"}, ...],
+                                           # per region of an instrumented file, the task names its
+                                           # markers record (transforms.RegionTasks); readers use these
         "line_map": {"copy_lines": 160, "original_lines": 127, "inserted": [[15, 16], ...]},
         "program": null,                   # a notebook: its code cells as one Python file, whose lines
                                            # line_map maps to (and tracebacks show)
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from transforms import LineMap, Outcome
+from transforms import LineMap, Outcome, RegionTasks
 
 from .files import atomic_write
 from .results import read_record
@@ -76,6 +79,7 @@ class FileRecord:
     program: Optional[str] = None
     cells: Optional[Tuple[Tuple[int, int, Optional[str]], ...]] = None
     frameworks: Tuple[str, ...] = ()
+    tasks: Tuple[RegionTasks, ...] = ()
 
     @property
     def instrumented(self) -> bool:
@@ -88,7 +92,7 @@ class FileRecord:
                 "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
                 "line_map": self.line_map.to_json(), "program": self.program,
                 "cells": [list(cell) for cell in self.cells] if self.cells is not None else None,
-                "frameworks": list(self.frameworks)}
+                "frameworks": list(self.frameworks), "tasks": [task.to_json() for task in self.tasks]}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
@@ -98,7 +102,7 @@ class FileRecord:
                    runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
                    line_map=LineMap.from_json(data["line_map"]), program=data.get("program"),
                    cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None,
-                   frameworks=tuple(data.get("frameworks", ())))
+                   frameworks=tuple(data.get("frameworks", ())), tasks=_tasks(data))
 
     def place(self, line: int) -> Tuple[Optional[int], int]:
         """(cell index, line in it) of a line of ``path``: (``None``, ``line``) outside a notebook."""
@@ -106,6 +110,16 @@ class FileRecord:
             return None, line
         start, index, _ = max((cell for cell in self.cells if cell[0] <= line), default=self.cells[0])
         return index, line - start + 1
+
+
+def _tasks(data: dict) -> Tuple[RegionTasks, ...]:
+    """A file record's region task names. A record written before they were saved (no ``tasks``) does not
+    say which regions were calls: each is named as a loop's, whose ``each`` is a call's one task."""
+    if "tasks" in data:
+        return tuple(RegionTasks(**task) for task in data["tasks"])
+    if data["outcome"] != Outcome.INSTRUMENTED.value:
+        return ()
+    return tuple(RegionTasks.named(region["role"], region["label"], "for") for region in data["regions"])
 
 
 def digest(data: bytes) -> str:
@@ -139,6 +153,11 @@ class Instrumentation:
     @property
     def step_labels(self) -> List[str]:
         return sorted({label for f in self.files for label in f.step_labels})
+
+    @property
+    def tasks(self) -> List[RegionTasks]:
+        """The task names of every region autoitt's markers record, file after file."""
+        return [task for f in self.files for task in f.tasks]
 
     @property
     def regions(self) -> List[dict]:

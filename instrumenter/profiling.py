@@ -203,7 +203,6 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
     if diffs:
         # File names keep their own bytes, even undecodable ones.
         files.atomic_write(folder / "instrument.diff", "".join(diffs).encode("utf-8", "surrogateescape"))
-    modules_instrumented = any(item is not project.entry for item in project.instrumented)
     if not project.instrumented and entry.outcome is Outcome.NOTHING_TO_DO:
         notes.append(f"{script}: no training loops found; profiling the whole run without autoitt markers")
     if entry.detection.by_hand:
@@ -211,18 +210,12 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
                      "collected" + ("" if entry.detection.resumes_collection else
                                     ", from the start (it never calls itt.resume())")
                      + ("" if entry.outcome is Outcome.INSTRUMENTED else "; autoitt adds no markers"))
-        start_paused = entry.detection.resumes_collection
-    else:
-        # Collection starts paused when a copy resumes it: the script's markers or a module's. Otherwise the
-        # whole run is collected, so framework tasks still show.
-        start_paused = (entry.outcome is Outcome.INSTRUMENTED or modules_instrumented
-                        or (entry.outcome is Outcome.ALREADY_INSTRUMENTED and entry.detection.resumes_collection))
     records = [_record(item, targets.get(id(item)) or (copy if item is project.entry else None))
                for item in project.files]
     if notebook is not None:
         records[0] = dataclasses.replace(records[0], line_map=entry_map, cells=notebook.cell_starts(),
                                          program=str(program_path(script, folder).resolve()))
-    instrumentation = Instrumentation(str(script), start_paused, tuple(records))
+    instrumentation = Instrumentation(str(script), project.start_paused, tuple(records))
     files.atomic_write(folder / "loops.json", (json.dumps(instrumentation.regions, indent=2) + "\n").encode())
     instrumentation.save(folder)
     return instrumentation, notes
@@ -249,6 +242,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       domain=result.domain, own_domains=result.detection.own_domains,
                       step_labels=result.step_labels,
                       runtime=result.plan.runtime if result.outcome is Outcome.INSTRUMENTED else (),
+                      tasks=result.plan.tasks if result.outcome is Outcome.INSTRUMENTED else (),
                       sha256=digest(item.notebook.data if item.notebook is not None else result.source.data),
                       regions=tuple(item.notebook.region_json(r) if item.notebook is not None else r.to_json()
                                     for r in result.regions),

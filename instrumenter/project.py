@@ -68,9 +68,14 @@ def note_line(where: object, note) -> str:
 
 @dataclass(frozen=True)
 class Project:
+    """The entry and its local modules, instrumented; ``start_paused``: whether collection starts paused (a
+    copy resumes it), decided once, by :func:`load_project`, with the rewrite of the files (see
+    :func:`_collection`)."""
+
     entry: ProjectFile
     modules: Tuple[ProjectFile, ...]
     notes: Tuple[str, ...]
+    start_paused: bool
 
     def messages(self) -> List[str]:
         """Every file's notes (the entry named as given, modules by relative path), then the project's."""
@@ -186,19 +191,35 @@ def load_project(entry: Path, mode: Mode) -> Project:
     local, notes = discover(entry)
     first = local[0]
     entry_result = instrument(first.source, mode, stem=entry.stem)
-    # Only the entry script's own regions resume and pause when it has any; a script with ITT
-    # markers of its own decides collection itself.
-    modules_control = not any(r.outermost for r in entry_result.regions) and not entry_result.detection.by_hand
+    modules_control, start_paused = _collection(entry_result)
     modules = [
         ProjectFile(item.path, item.relative, item.module,
                     instrument(item.source, mode, stem=item.path.stem, controls_collection=modules_control,
                                entry=False))
         for item in local[1:]
     ]
+    start_paused = start_paused or (modules_control and any(m.result.outcome is Outcome.INSTRUMENTED
+                                                            for m in modules))
     notebook_copy = None
     if first.notebook is not None and entry_result.outcome is Outcome.INSTRUMENTED:
         from .notebook_copy import instrumented_notebook
 
         notebook_copy = instrumented_notebook(first.notebook, entry_result)
     entry_file = ProjectFile(entry, entry.name, None, entry_result, first.notebook, notebook_copy)
-    return Project(entry_file, tuple(modules), tuple(notes))
+    return Project(entry_file, tuple(modules), tuple(notes), start_paused)
+
+
+def _collection(entry: Result) -> Tuple[bool, bool]:
+    """Who resumes and pauses collection, from the entry script's rewrite: (the modules' outermost regions do,
+    collection starts paused as far as the entry says; a module's copy that resumes makes it so too).
+
+    A script with ITT markers of its own decides collection itself: it starts paused when the script resumes
+    it. Otherwise the entry script's own regions resume and pause when it has any (or its autoitt copy, given
+    again, does), else the modules' do. With no copy to resume it, the whole run is collected, so framework
+    tasks still show."""
+    detection = entry.detection
+    if detection.by_hand:
+        return False, detection.resumes_collection
+    modules_control = not any(region.outermost for region in entry.regions)
+    return modules_control, (entry.outcome is Outcome.INSTRUMENTED or (
+        entry.outcome is Outcome.ALREADY_INSTRUMENTED and detection.resumes_collection))

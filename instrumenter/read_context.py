@@ -4,7 +4,7 @@
 what the rewrite decided) and ``run.json``
 (:class:`~instrumenter.results.RunRecord`: how the run went) hold the facts;
 :meth:`ReadContext.of` derives what the readers use from them (the step
-labels, the own domains, the first step's number, the regions, whether the
+labels, the own domains, the first step's number, the regions' task names, whether the
 run's end was recorded) once, and a backend's ``read`` hands the one context
 to its readers instead of each deriving them again.
 """
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional, Tuple
+
+from transforms import RegionTasks
 
 from .builtin.step_window import AUTO, StepWindow
 from .instrumentation import Instrumentation
@@ -31,8 +33,9 @@ class ReadContext:
     domains: Tuple[str, ...]
     #: the run's number of its first collected step (``--skip-steps N``: N + 1), counted across epochs
     first_step: int
-    #: every marked region, with the ``path`` of its file (``loops.json``): what tells epochs and evaluations
-    regions: Tuple[dict, ...]
+    #: the task names of every marked region (``instrumentation.json``'s ``tasks``): what tells epochs and
+    #: evaluations
+    tasks: Tuple[RegionTasks, ...]
     #: the run's wall time; None when its end was not recorded (autoitt was killed: run.json says it never ended)
     elapsed_s: Optional[float]
     #: ``--trace-steps``: the steps whose every task trace.json keeps (built-in backend)
@@ -47,7 +50,7 @@ class ReadContext:
         ended = record.elapsed_s > 0 or record.exit_code is not None
         return cls(instrumentation=instrumentation, record=record,
                    step_labels=tuple(instrumentation.step_labels), domains=tuple(instrumentation.domains),
-                   first_step=record.first_step, regions=tuple(instrumentation.regions),
+                   first_step=record.first_step, tasks=tuple(instrumentation.tasks),
                    elapsed_s=record.elapsed_s if ended else None,
                    trace_steps=trace_steps if trace_steps is not None else StepWindow.parse(record.trace_steps))
 

@@ -8,18 +8,18 @@ from typing import Iterable, Optional, Sequence
 from instrumenter.instrumentation import FileRecord, Instrumentation
 from instrumenter.read_context import ReadContext
 from instrumenter.results import RunRecord
-from transforms import LineMap
+from transforms import LineMap, RegionTasks
 
 
 def read_context(step_labels: Iterable[str] = ("step",), domains: Sequence[str] = ("autoitt.train",),
-                 regions: Iterable[dict] = (), trace_steps: str = "auto", elapsed_s: Optional[float] = 1.0,
+                 tasks: Iterable[RegionTasks] = (), trace_steps: str = "auto", elapsed_s: Optional[float] = 1.0,
                  first_step: int = 1) -> ReadContext:
     """One instrumented script marking on ``domains[0]`` (the others its own ITT domains) with ``step_labels``
-    and ``regions``; a run that ended (exit 0) after ``elapsed_s`` (None: its end not recorded)."""
+    and its regions' ``tasks``; a run that ended (exit 0) after ``elapsed_s`` (None: its end not recorded)."""
     script = FileRecord(path="/w/train.py", relative="train.py", module=None, runs="/r/train_itt.py",
                         outcome="instrumented", domain=domains[0], own_domains=tuple(domains[1:]),
-                        step_labels=tuple(step_labels), runtime=(), sha256="", regions=tuple(regions),
-                        line_map=LineMap.identity(10))
+                        step_labels=tuple(step_labels), runtime=(), sha256="", regions=(),
+                        line_map=LineMap.identity(10), tasks=tuple(tasks))
     ended = {} if elapsed_s is None else {"elapsed_s": elapsed_s, "exit_code": 0}
     record = RunRecord(script="train.py", copy="train_itt.py", args=[], backend="builtin", command=[],
                        trace_steps=trace_steps, first_step=first_step, **ended)

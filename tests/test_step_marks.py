@@ -10,11 +10,12 @@ from instrumenter.builtin.intervals import Intervals
 from instrumenter.builtin.step_marks import mark_labels, step_marks
 from instrumenter.builtin.taskstats import step_stats
 from tests.contexts import read_context
+from transforms import RegionTasks
 
 DOMAIN = "autoitt.train"
 GROUPS = [(DOMAIN, "epoch_loop"), (DOMAIN, "epoch"), (DOMAIN, "step_loop"), (DOMAIN, "step"), (DOMAIN, "eval_loop"),
           (DOMAIN, "eval"), ("PyTorch", "eval_loop"), (DOMAIN, "other.step")]
-REGIONS = [{"role": "epoch", "label": "epoch"}, {"role": "step", "label": "step"}, {"role": "eval", "label": "eval"}]
+TASKS = [RegionTasks.named(role, role, "for") for role in ("epoch", "step", "eval")]
 
 
 def kept(*rows: Tuple[int, int, str, int, int]) -> Intervals:
@@ -49,8 +50,8 @@ def epochs_of(steps_per_epoch: List[int], pid: int = 1, start: int = 0, step_ns:
     return rows
 
 
-def marks_of(intervals: Intervals, regions=REGIONS, label: str = "step"):
-    return step_marks(intervals, GROUPS, read_context([label], [DOMAIN], regions))[label]
+def marks_of(intervals: Intervals, tasks=TASKS, label: str = "step"):
+    return step_marks(intervals, GROUPS, read_context([label], [DOMAIN], tasks=tasks))[label]
 
 
 def test_an_epoch_starts_at_its_first_step():
@@ -113,20 +114,20 @@ def test_tasks_of_other_domains_are_not_marks():
 
 def test_each_step_loop_gets_its_own_indices():
     rows = epochs_of([2, 2]) + [(1, 1, "other.step", 6, 7), (1, 1, "other.step", 40, 41)]
-    found = step_marks(kept(*rows), GROUPS, read_context(["step", "other.step"], [DOMAIN], REGIONS))
+    found = step_marks(kept(*rows), GROUPS, read_context(["step", "other.step"], [DOMAIN], tasks=TASKS))
     assert found["step"].epochs.tolist() == [0, 2]
     assert found["other.step"].epochs.tolist() == [0, 1] and found["other.step"].evals.tolist() == [0, 1]
 
 
 def test_a_run_past_its_trace_limit_has_partial_marks():
     intervals = kept(*epochs_of([2]))
-    assert step_marks(intervals, GROUPS, read_context(["step"], [DOMAIN], REGIONS), partial=True)["step"].partial
+    assert step_marks(intervals, GROUPS, read_context(["step"], [DOMAIN], tasks=TASKS), partial=True)["step"].partial
 
 
-def test_roles_come_from_the_regions_and_the_library_callbacks():
+def test_roles_come_from_the_regions_task_names_and_the_library_callbacks():
     names = {"epoch", "epoch_loop", "step", "step_loop", "val", "val_loop", "evaluate", "eval_loop", "eval", "pass"}
-    regions = [{"role": "epoch", "label": "pass"}, {"role": "eval", "label": "val"},
-               {"role": "eval", "label": "evaluate"}, {"role": "step", "label": "step"}]
-    epochs, evals = mark_labels(regions, names, ["step"])
+    tasks = [RegionTasks.named("epoch", "pass", "for"), RegionTasks.named("eval", "val", "for"),
+             RegionTasks.named("eval", "evaluate", "call"), RegionTasks.named("step", "step", "for")]
+    epochs, evals = mark_labels(tasks, names, ["step"])
     assert epochs == {"pass", "epoch"}  # the region's, and a library's epochs
     assert evals == {"val_loop", "evaluate", "eval_loop"}  # a loop's whole run, a call, a library's eval run

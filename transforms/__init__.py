@@ -17,7 +17,7 @@ from ._linemap import LineMap
 from ._markers import INSTRUMENTED_MARKER, WINDOW_CLASS, WINDOW_MODULE
 from ._mode import MAX_PT_REGIONS, Mode
 from ._parsing import Source, parse_source
-from ._plan import Edit, Plan, Wrap, make_plan
+from ._plan import Edit, Plan, RegionTasks, Wrap, make_plan
 
 
 def strip_markers(data: bytes, name: str) -> bytes:
@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "Plan",
     "Region",
+    "RegionTasks",
     "Result",
     "RewriteError",
     "Source",

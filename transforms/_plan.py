@@ -49,6 +49,32 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class RegionTasks:
+    """The task names one region's markers record, decided here once for the rewrite and every reader:
+    ``around`` the whole loop (``<label>_loop``) or the call (``<label>``), and ``each`` iteration of a loop
+    (``<label>``; None for a call)."""
+
+    role: str
+    label: str
+    around: str
+    each: Optional[str]
+
+    @classmethod
+    def of(cls, region: Region) -> "RegionTasks":
+        return cls.named(region.role, region.label, region.kind)
+
+    @classmethod
+    def named(cls, role: str, label: str, kind: str) -> "RegionTasks":
+        """A region's of ``kind`` (``for``/``while``/``call``)."""
+        if kind == "call":
+            return cls(role, label, label, None)
+        return cls(role, label, f"{label}_loop", label)
+
+    def to_json(self) -> dict:
+        return {"role": self.role, "label": self.label, "around": self.around, "each": self.each}
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the rewriter inserts into one script, and what later stages need to know of it.
 
@@ -73,6 +99,11 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.edits
+
+    @property
+    def tasks(self) -> Tuple[RegionTasks, ...]:
+        """The task names each region's markers record, in region order."""
+        return tuple(RegionTasks.of(region) for region in self.regions)
 
     @property
     def runtime(self) -> Tuple[str, ...]:
@@ -161,12 +192,12 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
 
 def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: bool, mode: Mode) -> Edit:
     """The markers of one region; ``controls``: it resumes and pauses collection."""
-    if region.kind == "call":
-        task_before, task_after = [markers.task_begin(region.label)], [markers.task_end()]
+    tasks = RegionTasks.of(region)
+    task_before, task_after = [markers.task_begin(tasks.around)], [markers.task_end()]
+    if tasks.each is None:
         each = None
     else:
-        task_before, task_after = [markers.task_begin(f"{region.label}_loop")], [markers.task_end()]
-        each_before, each_after = [markers.task_begin(region.label)], [markers.task_end()]
+        each_before, each_after = [markers.task_begin(tasks.each)], [markers.task_end()]
         if pt_var is not None and region.role == "step":
             each_before.append(markers.pt_region_begin(pt_var))
             each_after.insert(0, markers.pt_region_end(pt_var))

@@ -10,9 +10,10 @@ start:
   after step ``i`` starts and before step ``i + 1`` does: after the step ended, or during it (an
   evaluation inside the step loop's body).
 
-Which tasks are epochs and evaluations comes from the regions of ``instrumentation.json`` (their role and
-label: a loop's tasks are ``<label>_loop`` around, ``<label>`` per iteration; a call's is ``<label>``), and
-from the tasks library callbacks name (:mod:`instrumenter.libraries`).
+Which tasks are epochs and evaluations comes from the task names each region's markers record, as
+``instrumentation.json`` holds them (:class:`transforms.RegionTasks`: a role, and the task ``around`` a loop
+or call and the one of ``each`` iteration), and from the tasks library callbacks name
+(:mod:`instrumenter.libraries`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterable, List, Sequence, Set, Tuple
 
 import numpy as np
+
+from transforms import RegionTasks
 
 from ..libraries import EPOCH, EVAL_LOOP
 from .intervals import Intervals
@@ -43,24 +46,22 @@ class StepMarks:
     partial: bool = False
 
 
-def mark_labels(regions: Iterable[dict], names: Iterable[str], step_labels: Iterable[str] = ()
+def mark_labels(tasks: Iterable[RegionTasks], names: Iterable[str], step_labels: Iterable[str] = ()
                 ) -> Tuple[Set[str], Set[str]]:
     """(epoch task names, evaluation task names) among ``names`` (the own domains' task names).
 
     An epoch is an epoch region's iteration (or a library's epoch); an evaluation is an eval region's
-    whole loop (``<label>_loop``, rather than each of its batches), or its call, or a library's eval run."""
+    whole loop (its task ``around``, rather than each of its batches), or its call, or a library's eval
+    run. No task of a step region is either."""
     present = set(names)
-    steps = set(step_labels)
-    epochs, evals = {EPOCH}, {EVAL_LOOP}
-    for region in regions:
-        label = region.get("label")
-        if not label:
-            continue
-        if region.get("role") == "epoch":
-            epochs.add(label)
-        elif region.get("role") == "eval":
-            evals.add(f"{label}_loop" if f"{label}_loop" in present else label)
-    not_steps = steps | {f"{label}_loop" for label in steps}
+    epochs, evals, not_steps = {EPOCH}, {EVAL_LOOP}, set(step_labels)
+    for task in tasks:
+        if task.role == "epoch":
+            epochs.add(task.each or task.around)
+        elif task.role == "eval":
+            evals.add(task.around if task.around in present or task.each is None else task.each)
+        elif task.role == "step":
+            not_steps.update(name for name in (task.around, task.each) if name is not None)
     return (epochs & present) - not_steps, (evals & present) - not_steps
 
 
@@ -72,10 +73,10 @@ def _ids(groups: Sequence[Tuple[str, str]], names: Iterable[str], domains: Itera
 def step_marks(kept: Intervals, groups: Sequence[Tuple[str, str]], context: ReadContext,
                partial: bool = False) -> Dict[str, StepMarks]:
     """Per step label of ``context`` with finished steps in ``kept``: its marks, epochs and evaluations told
-    by the context's regions (``partial``: ``kept`` does not hold every step of the run)."""
-    domains, step_labels, regions = list(context.domains), list(context.step_labels), context.regions
+    by the task names of the context's regions (``partial``: ``kept`` does not hold every step of the run)."""
+    domains, step_labels, tasks = list(context.domains), list(context.step_labels), context.tasks
     names = {name for domain, name in groups if domain in set(domains)}
-    epoch_names, eval_names = mark_labels(regions, names, step_labels)
+    epoch_names, eval_names = mark_labels(tasks, names, step_labels)
     epoch_rows = np.flatnonzero(np.isin(kept.group, _ids(groups, epoch_names, domains)))
     eval_rows = np.flatnonzero(np.isin(kept.group, _ids(groups, eval_names, domains)))
     result = {}
