@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line test suites: a small script, a folder snapshot, an in-process CLI."""
+"""Helpers shared by the command-line test suites: a folder snapshot, an in-process CLI."""
 
 from __future__ import annotations
 
@@ -10,17 +10,6 @@ from typing import Dict, Tuple
 from click.testing import CliRunner
 
 from instrumenter.cli import cli
-
-TRAIN = """\
-import torch
-
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    loss = model(torch.ones(4)).sum()
-    loss.backward()
-    optimizer.step()
-"""
 
 Snapshot = Dict[str, Tuple[str, object, object]]
 

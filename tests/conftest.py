@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -34,14 +35,18 @@ def python() -> str:
 
 #: The frameworks tests run scripts with. The suite installs them for CPython 3.11 (the test extra); the version
 #: matrix (scripts/version_matrix.sh) runs it on other versions without them, where their wheels are CUDA builds
-#: of several GB or do not exist.
+#: of several GB or do not exist. AUTOITT_TESTS_WITHOUT (comma-separated names) has the suite take those as not
+#: installed, to see on 3.11 what the matrix skips (tests/test_framework_skips.py).
 FRAMEWORKS = ("torch", "tensorflow", "keras", "pytorch_lightning", "lightning", "transformers", "accelerate", "ignite")
-_MISSING = [name for name in FRAMEWORKS if importlib.util.find_spec(name) is None]
+_WITHOUT = set(filter(None, os.environ.get("AUTOITT_TESTS_WITHOUT", "").split(",")))
+_MISSING = [name for name in FRAMEWORKS if name in _WITHOUT or importlib.util.find_spec(name) is None]
 _USES = re.compile(r"\b(?:import|from)\s+(%s)\b" % "|".join(_MISSING)) if _MISSING else None
 
 
 #: What starts a script (or Python in a subprocess): the autoitt commands that run one, the suite's runners.
 _RUNS = re.compile(r"\"(?:profile|run)\"|\b(?:subprocess|run_target|run_once|sys\.executable)\b")
+
+_SUITE = ROOT / "tests"
 
 
 def _source(thing) -> str:
@@ -65,24 +70,44 @@ def _text_of(value) -> Optional[str]:
     return None
 
 
+def _suite_function(value) -> bool:
+    """A function written in tests/: a test module's, conftest's or a helper module's."""
+    return inspect.isfunction(value) and Path(value.__code__.co_filename).resolve().parent == _SUITE
+
+
+def _code_through(functions) -> List[Tuple[str, dict]]:
+    """(source, the namespace its names mean something in) of each function and, transitively, of every function
+    of the suite's it calls: a helper imported from another test module (test_exec.py profiling through
+    test_processes' _profile) is read as one of the test module's own is, in its own module."""
+    seen, found, todo = set(), [], [getattr(f, "__func__", f) for f in functions]
+    while todo:
+        function = todo.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        source = _source(function)
+        found.append((source, function.__globals__))
+        # called by name: a word of a string or comment ("# autoitt: ...") calls nothing
+        todo += [value for value in map(function.__globals__.get, set(re.findall(r"\b(\w+)\s*\(", source)))
+                 if _suite_function(value)]
+    return found
+
+
 def _what_it_runs(item) -> Tuple[str, str]:
-    """The test's own code (its source and that of the module's functions it calls, its fixtures' sources), and
-    the code it hands to Python: the module's strings and files it names (a script, a notebook), and the files or
-    scenarios its parameters name."""
+    """The test's own code (its source, its fixtures' sources, and those of the suite's functions they call, in
+    any test or helper module), and the code it hands to Python: the strings and files that code names (a script,
+    a notebook; looked up where the code is written), and the files or scenarios its parameters name."""
     module = vars(item.module)
-    parts = [_source(item.function)]
-    for name in item.fixturenames:
-        for definition in item._fixtureinfo.name2fixturedefs.get(name, ()):
-            parts.append(_source(definition.func))
-    for name in set(re.findall(r"\b\w+\b", "\n".join(parts))):
-        value = module.get(name)
-        if inspect.isfunction(value) and value.__module__ == item.module.__name__ and value is not item.function:
-            parts.append(_source(value))
-    text = "\n".join(parts)
-    given = [module.get(name) for name in set(re.findall(r"\b\w+\b", text))]
-    for owner, name in set(re.findall(r"\b(\w+)\.([A-Z_][A-Z0-9_]+)\b", text)):  # a helper module's script
-        if inspect.ismodule(module.get(owner)):
-            given.append(getattr(module[owner], name, None))
+    fixtures = [definition.func for name in item.fixturenames
+                for definition in item._fixtureinfo.name2fixturedefs.get(name, ())]
+    pieces = _code_through([item.function, *fixtures])
+    text = "\n".join(source for source, _ in pieces)
+    given = []
+    for source, namespace in pieces:
+        given += [namespace.get(name) for name in set(re.findall(r"\b\w+\b", source))]
+        for owner, name in set(re.findall(r"\b(\w+)\.([A-Z_][A-Z0-9_]+)\b", source)):  # a helper module's script
+            if inspect.ismodule(namespace.get(owner)):
+                given.append(getattr(namespace[owner], name, None))
     given += [folder / literal for literal in set(re.findall(r"[\"'](\w+\.(?:py|ipynb))[\"']", text))
               for folder in (SAMPLES, INPUTS)]
     for value in getattr(getattr(item, "callspec", None), "params", {}).values():

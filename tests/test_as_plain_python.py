@@ -110,6 +110,7 @@ def _project(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_stack_inspect_traceback_and_faulthandler_show_is_the_one_python_shows(tmp_path):
     plain, profiled, summary = _plain_and_profiled(_project(tmp_path), "train.py", "--epochs", "1")
     assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", 3)]  # it was instrumented
@@ -118,6 +119,7 @@ def test_the_stack_inspect_traceback_and_faulthandler_show_is_the_one_python_sho
     assert _normalized(profiled, tmp_path) == _normalized(plain, tmp_path)
 
 
+@pytest.mark.slow
 def test_inside_the_exit_code_wrapper_vtune_runs_the_stack_is_still_the_scripts_own(tmp_path):
     """With AUTOITT_EXIT_DIR (the VTune backend) the body runs inside a ``with``: no frame, no line of its own."""
     from instrumenter import launch
@@ -140,6 +142,7 @@ def test_inside_the_exit_code_wrapper_vtune_runs_the_stack_is_still_the_scripts_
         _normalized((tmp_path / "plain.txt").read_text(), tmp_path)
 
 
+@pytest.mark.slow
 def test_main_argv_path_and_loader_are_as_under_python_script(tmp_path):
     """Every line of the report after the stacks: sys.argv, __file__ (absolute), sys.path[0], __loader__ (a
     SourceFileLoader of the script), __spec__ and __cached__ (None), __doc__, sys.orig_argv's tail, the local

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import TRAIN, invoke, snapshot
+from tests.cli_helpers import invoke, snapshot
+from tests.scripts import TORCH_TRAIN
 from transforms import INSTRUMENTED_MARKER
 
 
@@ -56,7 +57,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def train(work: Path) -> Path:
     path = work / "train.py"
-    path.write_text(TRAIN)
+    path.write_text(TORCH_TRAIN)
     return path
 
 
@@ -134,7 +135,7 @@ def test_nul_bytes_exit_2_and_name_line(work: Path) -> None:
 
 def test_latin1_script_with_cookie_is_instrumented_in_latin1(work: Path) -> None:
     cookie = b"# -*- coding: latin-1 -*-\n"
-    data = cookie + TRAIN.replace(
+    data = cookie + TORCH_TRAIN.replace(
         "model = ", "# caf\xe9 au lait\nname = 'na\xefve'\nmodel = ", 1
     ).encode("latin-1")
     script = work / "lat.py"
@@ -204,7 +205,7 @@ def test_output_equal_to_script_exits_2_and_suggests_in_place(work: Path, train:
     assert "--in-place" in result.stderr
     assert "script itself" in result.stderr
     assert snapshot(work) == before
-    assert train.read_text() == TRAIN
+    assert train.read_text() == TORCH_TRAIN
 
 
 def test_output_symlink_to_script_exits_2_and_suggests_in_place(work: Path, train: Path) -> None:
@@ -215,7 +216,7 @@ def test_output_symlink_to_script_exits_2_and_suggests_in_place(work: Path, trai
     assert "link.py" in result.stderr
     assert "--in-place" in result.stderr
     assert snapshot(work) == before
-    assert train.read_text() == TRAIN
+    assert train.read_text() == TORCH_TRAIN
 
 
 # -- usage errors -----------------------------------------------------------------

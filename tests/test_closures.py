@@ -121,6 +121,7 @@ def run_python(code):
     return done.stdout.split()
 
 
+@pytest.mark.slow
 def test_the_hook_is_registered_once_per_process_and_only_where_the_script_imported_torch():
     assert run_python("""
 import sys

@@ -227,6 +227,7 @@ def test_threads_record_concurrently_with_their_names(tmp_path):
     assert [e.ts for e in trace.events] == sorted(e.ts for e in trace.events)
 
 
+@pytest.mark.slow
 def test_more_events_than_a_buffer_holds_all_in_order(tmp_path):
     _, traces = run_target(tmp_path, """
         import ittapi.compat as itt

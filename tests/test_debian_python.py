@@ -23,6 +23,7 @@ def run(tmp_path, *args, **env):
                           env={**os.environ, "AUTOITT_PYTHONS": str(tmp_path / "pythons"), **env})
 
 
+@pytest.mark.slow
 def test_an_unreachable_registry_exits_2_saying_which_mirror(tmp_path):
     done = run(tmp_path, "3.14", AUTOITT_DEBIAN_MIRROR="http://127.0.0.1:9/debian")
     assert done.returncode == 2 and done.stdout == ""

@@ -484,7 +484,9 @@ def test_role_overrides_what_detection_decided(tmp_path):
 
 
 def test_role_skip_leaves_a_region_unmarked(tmp_path):
-    result, found = _loops_json(tmp_path, "5=skip")
+    _, without = _loops_json(tmp_path)
+    assert without[5] == ("step", "updates parameters: loss.backward()")  # the same listing finds it unless skipped
+    _, found = _loops_json(tmp_path, "5=skip")
     assert 5 not in found
 
 

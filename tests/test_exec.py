@@ -10,18 +10,16 @@ Real torch on a tiny model, the real built-in collector.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from instrumenter.builtin.samplefile import read_sample_dir
 from instrumenter.builtin.events import read_trace_dir
-from tests.test_profile import autoitt
+from tests.test_processes import _profile, _steps
 
 pytestmark = pytest.mark.slow
 
@@ -73,17 +71,6 @@ RESTARTS_ITSELF = textwrap.dedent(
           len(__import__("inspect").stack()), sys.orig_argv[1:], sys.path[0])
     """
 )
-
-
-def _profile(folder: Path, script: str, *args: str, options=()):
-    (folder / "train.py").write_text(script)
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", *options, "train.py", *args, cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout), done.stderr
-
-
-def _steps(summary):
-    return [(s["label"], s["count"]) for s in summary["steps"]]
 
 
 @pytest.mark.parametrize("next_program, options", [(QUIET, ()), (MARKS_ITS_OWN, ()), (QUIET, ("--sample-rate", "0"))],

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from instrumenter import files
 from instrumenter.cli import cli
-from tests.cli_helpers import TRAIN, invoke, snapshot
+from tests.cli_helpers import invoke, snapshot
+from tests.scripts import TORCH_TRAIN
 from transforms import INSTRUMENTED_MARKER
 
 
@@ -33,7 +34,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def train(work: Path) -> Path:
     path = work / "train.py"
-    path.write_text(TRAIN)
+    path.write_text(TORCH_TRAIN)
     return path
 
 
@@ -41,7 +42,7 @@ def test_default_output_is_stem_itt_next_to_script_and_original_is_untouched(wor
     sub = work / "project"
     sub.mkdir()
     script = sub / "train.py"
-    script.write_text(TRAIN)
+    script.write_text(TORCH_TRAIN)
     original = script.read_bytes()
     before = snapshot(work)
     # Run from another folder: the copy goes next to the script, not into the cwd.
@@ -87,7 +88,7 @@ def test_force_overwrites_output_autoitt_did_not_write(work: Path, train: Path) 
     text = out.read_text()
     assert "# my own file" not in text
     assert INSTRUMENTED_MARKER in text
-    assert train.read_text() == TRAIN
+    assert train.read_text() == TORCH_TRAIN
     assert names(work) == {"train.py", "out.py"}
 
 
@@ -95,7 +96,7 @@ def test_overwrites_output_autoitt_wrote_earlier_without_force(work: Path, train
     out = work / "out.py"
     assert invoke("instrument", "train.py", "-o", "out.py").exit_code == 0
     assert INSTRUMENTED_MARKER in out.read_text()
-    train.write_text(TRAIN.replace("lr=0.1", "lr=0.25"))
+    train.write_text(TORCH_TRAIN.replace("lr=0.1", "lr=0.25"))
     result = invoke("instrument", "train.py", "-o", "out.py")
     assert result.exit_code == 0, result.output
     text = out.read_text()
@@ -164,7 +165,7 @@ def test_no_temporary_files_left_after_write(work: Path, train: Path) -> None:
 
 def test_crlf_line_endings_are_kept(work: Path) -> None:
     script = work / "train.py"
-    data = TRAIN.replace("\n", "\r\n").encode()
+    data = TORCH_TRAIN.replace("\n", "\r\n").encode()
     script.write_bytes(data)
     result = invoke("instrument", "train.py")
     assert result.exit_code == 0, result.output
@@ -181,7 +182,7 @@ def test_crlf_line_endings_are_kept(work: Path) -> None:
 
 def test_tab_indented_script_gets_tab_indented_markers(work: Path) -> None:
     script = work / "train.py"
-    script.write_text(TRAIN.replace("\n    ", "\n\t"))
+    script.write_text(TORCH_TRAIN.replace("\n    ", "\n\t"))
     assert "\t" in script.read_text() and "    " not in script.read_text()
     result = invoke("instrument", "train.py")
     assert result.exit_code == 0, result.output
@@ -226,7 +227,7 @@ def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkey
 
 def test_atomic_write_replaces_content_and_copies_mode(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
-    source.write_text(TRAIN)
+    source.write_text(TORCH_TRAIN)
     source.chmod(0o751)
     target = tmp_path / "out.py"
     target.write_bytes(b"old\n")
@@ -264,7 +265,7 @@ def test_write_failure_is_an_input_error_and_leaves_no_backup(tmp_path, monkeypa
 
 def test_every_output_is_refused_before_any_is_written(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
-    source.write_text(TRAIN)
+    source.write_text(TORCH_TRAIN)
     (tmp_path / "b.py").write_text("# the user's own\n")
     outputs = [files.Output(tmp_path / "a.py", b"a\n", source), files.Output(tmp_path / "b.py", b"b\n", source)]
     with pytest.raises(files.OutputError, match="not written by autoitt"):
@@ -274,10 +275,10 @@ def test_every_output_is_refused_before_any_is_written(tmp_path: Path) -> None:
 
 def test_an_output_in_place_keeps_a_backup_and_the_source_mode(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
-    source.write_text(TRAIN)
+    source.write_text(TORCH_TRAIN)
     source.chmod(0o750)
     files.write_outputs([files.Output(source, b"new\n", source, in_place=True)], files.COPY)
-    assert (source.read_bytes(), (tmp_path / "train.py.orig").read_text()) == (b"new\n", TRAIN)
+    assert (source.read_bytes(), (tmp_path / "train.py.orig").read_text()) == (b"new\n", TORCH_TRAIN)
     assert stat.S_IMODE(source.stat().st_mode) == 0o750
 
 
@@ -285,10 +286,10 @@ def test_an_output_in_place_keeps_a_backup_and_the_source_mode(tmp_path: Path) -
                                              (files.COPIES, "is the original file; choose another -o folder")])
 def test_a_copy_may_not_replace_its_original_even_with_force(tmp_path: Path, policy, message) -> None:
     source = tmp_path / "train.py"
-    source.write_text(TRAIN)
+    source.write_text(TORCH_TRAIN)
     with pytest.raises(files.OutputError, match=message):
         files.write_outputs([files.Output(tmp_path / "." / "train.py", b"x\n", source)], policy, force=True)
-    assert source.read_text() == TRAIN
+    assert source.read_text() == TORCH_TRAIN
 
 
 def test_strip_may_replace_what_it_is_given_when_forced(tmp_path: Path) -> None:
@@ -302,7 +303,7 @@ def test_strip_may_replace_what_it_is_given_when_forced(tmp_path: Path) -> None:
 
 def test_folders_are_made_only_for_a_folder_of_copies(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
-    source.write_text(TRAIN)
+    source.write_text(TORCH_TRAIN)
     nested = files.Output(tmp_path / "out" / "pkg" / "m.py", b"m\n", source)
     with pytest.raises(files.OutputError, match="does not exist"):
         files.write_outputs([nested], files.COPY)

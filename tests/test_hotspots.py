@@ -8,6 +8,7 @@ collection, how frames are named, and the folded stacks.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from instrumenter.builtin import hotspots
 from instrumenter.builtin.hotspots import Frame
@@ -222,6 +223,7 @@ for step in range(40):
 """
 
 
+@pytest.mark.slow
 def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_counters(tmp_path):
     import json
 
@@ -245,6 +247,7 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
 
 PURE_PYTHON = """\
 import numpy as np
+import pytest
 
 def forward(x, w):
     total = 0.0

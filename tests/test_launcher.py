@@ -179,6 +179,7 @@ USES_SHADOWS = textwrap.dedent(
 
 
 @pytest.mark.parametrize("options", [[], ["--skip-steps", "1", "--steps", "3"]], ids=["whole-run", "window"])
+@pytest.mark.slow
 def test_the_users_own_modules_named_like_autoitts_or_the_standard_librarys_are_theirs(tmp_path, options):
     folder = _project(tmp_path, main=USES_SHADOWS, **SHADOWS)
     done = subprocess.run([str(AUTOITT), "profile", "--json", "--backend", "builtin", "-r", "out", *options, "main.py"],
@@ -205,6 +206,7 @@ USES_ITS_OWN_INSTRUMENTER_PACKAGE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("options", [[], ["--skip-steps", "1", "--steps", "2"]], ids=["whole-run", "window"])
+@pytest.mark.slow
 def test_a_users_own_instrumenter_package_with_autoitts_runtime_module_names_is_theirs(tmp_path, options):
     # The copy's runtime (collection, window) is autoitt's; the script's `instrumenter.collection` is the user's.
     (tmp_path / "user_code" / "instrumenter").mkdir(parents=True)

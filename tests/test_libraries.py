@@ -163,6 +163,7 @@ def _keras_model(keras):
     return model
 
 
+@pytest.mark.slow
 def test_keras_callbacks_given_positionally_are_joined_in_a_new_list(keras):
     import numpy as np
 
@@ -173,6 +174,7 @@ def test_keras_callbacks_given_positionally_are_joined_in_a_new_list(keras):
     assert "fit" not in vars(model)  # the instance is as it was
 
 
+@pytest.mark.slow
 def test_keras_callbacks_given_through_kwargs_are_joined(keras):
     import numpy as np
 
@@ -183,6 +185,7 @@ def test_keras_callbacks_given_through_kwargs_are_joined(keras):
     assert itt.calls.count(("begin", "epoch")) == 1 and len(options["callbacks"]) == 1
 
 
+@pytest.mark.slow
 def test_a_users_callback_sees_the_stack_it_sees_without_autoitt(keras):
     import inspect
 
@@ -204,6 +207,7 @@ def test_a_users_callback_sees_the_stack_it_sees_without_autoitt(keras):
     assert seen[1] == seen[0]  # and nothing of autoitt's is under the fit
 
 
+@pytest.mark.slow
 def test_an_exception_inside_the_call_ends_every_task_the_callback_opened(keras):
     import numpy as np
 
@@ -220,6 +224,7 @@ def test_an_exception_inside_the_call_ends_every_task_the_callback_opened(keras)
     assert begun == sum(1 for kind, _ in itt.calls if kind == "end") > 0
 
 
+@pytest.mark.slow
 def test_a_wrong_call_fails_as_it_would_without_autoitt(keras):
     model, itt = _keras_model(keras), StandInItt()
     with pytest.raises(TypeError) as with_autoitt:
@@ -256,6 +261,7 @@ def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(c
     assert "Model.fit(): no callback could be made (ModuleNotFoundError" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_lightning_trainer_gets_its_own_callbacks_list_back():
     pl = pytest.importorskip("pytorch_lightning")
     mine = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from instrumenter.builtin.notes import notes
 from instrumenter.instrumentation import FileRecord, Instrumentation
 from instrumenter.builtin.summary import BuiltinSummary, StepStats, TaskStats
@@ -123,6 +125,7 @@ for i in range(24):
 """
 
 
+@pytest.mark.slow
 def test_a_loop_whose_shapes_change_every_step_gets_the_primitive_cache_note(tmp_path):
     (tmp_path / "train.py").write_text(SHAPES_CHANGE)
     done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
@@ -133,6 +136,7 @@ def test_a_loop_whose_shapes_change_every_step_gets_the_primitive_cache_note(tmp
     assert "creating primitives" in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_run_beside_other_busy_processes_is_told_the_cores_were_taken(tmp_path):
     import os
     import subprocess

@@ -98,11 +98,13 @@ POOL = textwrap.dedent(
 )
 
 
-def _profile(folder, script: str, *args: str, **files: str):
+def _profile(folder, script: str, *args: str, options=(), **files: str):
+    """(summary, stderr) of ``script`` profiled as ``folder``'s train.py with autoitt's ``options`` and the script's
+    ``args``, beside trainer.py (TRAINER) and ``files`` (module name -> text); the run must succeed."""
     for name, text in {"trainer": TRAINER, **files}.items():
         (folder / f"{name}.py").write_text(text)
     (folder / "train.py").write_text(script)
-    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "train.py", *args, cwd=folder)
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", *options, "train.py", *args, cwd=folder)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout), done.stderr
 

@@ -42,6 +42,7 @@ def test_a_file_where_the_results_go_is_an_input_error(work):
 
 
 @pytest.mark.parametrize("name", ["a\nb.py", "c\udcff.py", "é train.py"], ids=["newline", "undecodable", "unicode-space"])
+@pytest.mark.slow
 def test_odd_file_names_are_profiled(work, name):
     (work / name).write_text(STEP_LOOP)
     done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", name, cwd=work)
@@ -152,6 +153,7 @@ def test_profiling_a_copy_autoitt_made_shows_its_steps(work):
     assert [(s["label"], s["count"]) for s in json.loads(done.stdout)["steps"]] == [("step", 2)]
 
 
+@pytest.mark.slow
 def test_regions_that_never_ran_are_named_in_a_warning(work):
     (work / "train.py").write_text("import sys\n\nif len(sys.argv) > 5:\n" + "".join(
         "    " + line + "\n" for line in STEP_LOOP.splitlines()))
@@ -180,6 +182,7 @@ domain = itt.domain_create("mine")
 
 
 @pytest.mark.parametrize("resumes", [True, False], ids=["resumes-itself", "never-resumes"])
+@pytest.mark.slow
 def test_a_script_instrumented_by_hand_gets_autoitt_steps_inside_its_own_tasks(work, resumes):
     summary, tasks, notes = _profile_hand_made(work, MIXED, resumes)
     assert tasks[("mine", "my_epoch")] == 2

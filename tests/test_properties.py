@@ -836,18 +836,21 @@ def _settings(examples: int):
 
 @_settings(50)
 @given(scripts())
+@pytest.mark.slow
 def test_generated_scripts_instrument_strip_and_balance(script):
     _check_script(script)
 
 
 @_settings(20)
 @given(scripts(modes=("pt-regions", "window", "window-open-ended")))
+@pytest.mark.slow
 def test_generated_scripts_balance_in_every_mode(script):
     _check_script(script)
 
 
 @_settings(20)
 @given(scripts(modes=tuple(MODES), indents=("mixed",), deeper_comments=False))
+@pytest.mark.slow
 def test_generated_scripts_with_an_indentation_per_block(script):
     # A different indentation unit per block (tabs, 1, 2, 4 spaces, tab+spaces); this is
     # what found test_body_at_the_default_indent_inside_another_indent. Comments deeper than
@@ -947,6 +950,7 @@ def test_a_newline_in_the_domain_or_a_label_is_written_as_an_escape(mode, marker
     assert marker in [line.strip() for line in result.output.decode().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_grammar_reaches_every_shape():
     """The generator itself: the shapes the docstring promises do come up (so the properties mean something)."""
     seen: dict = {}

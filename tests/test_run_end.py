@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from tests.cli_helpers import default_signals
 from tests.test_profile import autoitt
@@ -100,6 +101,7 @@ def test_a_killed_autoitt_leaves_no_training_process_behind(tmp_path):
     assert not _script_pids(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_report_of_a_run_whose_autoitt_was_killed_says_its_elapsed_time_is_unknown(tmp_path):
     process = _start(tmp_path)
     os.kill(process.pid, signal.SIGKILL)  # run.json keeps what it said when the run started
@@ -116,6 +118,7 @@ def test_the_report_of_a_run_whose_autoitt_was_killed_says_its_elapsed_time_is_u
     assert any("end was not recorded" in warning for warning in summary["warnings"])
 
 
+@pytest.mark.slow
 def test_a_crash_exits_139_and_keeps_the_steps_completed_before_it(tmp_path):
     (tmp_path / "crash.py").write_text(
         "import ctypes\n\n\nclass Loss:\n    def backward(self):\n        pass\n\n\n"

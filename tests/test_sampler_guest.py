@@ -193,6 +193,7 @@ def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_pat
     assert len({int(t) for t in only_samples(traces).tid}) >= 5
 
 
+@pytest.mark.slow
 def test_libraries_unloaded_and_loaded_again_are_unwound_from_their_own_tables(tmp_path):
     hunt.build_reload_libraries(tmp_path)
     done, traces = run_target(tmp_path, "import ittapi.compat as itt\nitt.resume()\n" + hunt.RELOAD,

@@ -310,6 +310,7 @@ def test_samples_say_whether_collection_was_paused(tmp_path):
 # --------------------------------------------------------------------------- rate and controls
 
 
+@pytest.mark.slow
 def test_the_rate_is_the_configured_rate_of_cpu_time(tmp_path):
     for hz in (1000, 200):
         (tmp_path / str(hz)).mkdir()
@@ -449,6 +450,7 @@ def test_a_forked_child_writes_its_own_samples_file(tmp_path):
     assert sum(n for (name, _), n in leaves.items() if name == "busy") >= 0.9 * len(child)
 
 
+@pytest.mark.slow
 def test_sleeping_reading_a_pipe_and_waiting_for_a_subprocess_behave_the_same_with_sampling(tmp_path):
     code = script("""
         import os, queue, subprocess, sys, threading, time

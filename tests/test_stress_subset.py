@@ -40,6 +40,7 @@ def _show(items) -> str:
                       for item in items)
 
 
+@pytest.mark.slow
 def test_a_seeded_sample_of_framework_files_instruments_cleanly():
     # One test, not four over a shared fixture: under pytest-xdist a module fixture
     # would run the sample once per worker.

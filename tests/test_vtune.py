@@ -32,6 +32,7 @@ from instrumenter.vtune.csv_reports import (FunctionRow, ReportFormatError, erro
 from instrumenter.vtune.read import source_mapper
 from transforms import Mode
 from tests.conftest import ROOT
+from tests.scripts import TORCH_TRAIN_SEEDED
 from tests.test_profile import autoitt as run_autoitt
 
 STANDIN = ROOT / "tests" / "vtune_standin"
@@ -566,6 +567,7 @@ def _without_elapsed(value):
     return value
 
 
+@pytest.mark.slow
 def test_a_failing_uarch_is_reported_with_vtunes_error_and_hotspots_still_summarized(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     done = autoitt("profile", "-r", "out", "tiny.py", cwd=tmp_path, env={"AUTOITT_STANDIN_FAIL": "uarch"})
@@ -578,6 +580,7 @@ def test_a_failing_uarch_is_reported_with_vtunes_error_and_hotspots_still_summar
     assert not (tmp_path / "out" / "uarch").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_script_is_reported_as_the_scripts_failure_and_uarch_is_not_run(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     log = tmp_path / "standin.jsonl"
@@ -590,6 +593,7 @@ def test_a_failing_script_is_reported_as_the_scripts_failure_and_uarch_is_not_ru
     assert "CPU time per task, hotspots" in done.stdout  # what was collected before it failed
 
 
+@pytest.mark.slow
 def test_options_vtune_rejects_are_reported_as_vtune_failures(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     done = autoitt("profile", "--backend", "vtune", "--analysis", "hotspots", "--vtune-arg", "-no-such-option",
@@ -599,6 +603,7 @@ def test_options_vtune_rejects_are_reported_as_vtune_failures(tmp_path):
     assert "VTune could not complete: hotspots" in done.stderr
 
 
+@pytest.mark.slow
 def test_options_chosen_on_the_command_line_reach_vtune(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     log = tmp_path / "standin.jsonl"
@@ -625,6 +630,7 @@ FAKE_MPIRUN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_launcher_runs_vtune_per_rank_and_every_rank_folder_is_read_back(tmp_path):
     (tmp_path / "tiny.py").write_text(TINY)
     bin_dir = tmp_path / "bin"
@@ -677,26 +683,9 @@ def test_an_unknown_analysis_is_a_usage_error(tmp_path):
     assert "--analysis" in done.stderr and not (tmp_path / "autoitt-results").exists()
 
 
-TORCH_TINY = textwrap.dedent(
-    """\
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(3):
-        optimizer.zero_grad()
-        loss = model(torch.ones(8, 4)).sum()
-        loss.backward()
-        optimizer.step()
-    print("done")
-    """
-)
-
-
 @pytest.mark.slow
 def test_a_torch_training_shows_its_steps_and_operators_per_task(tmp_path):
-    (tmp_path / "train.py").write_text(TORCH_TINY)
+    (tmp_path / "train.py").write_text(TORCH_TRAIN_SEEDED)
     done = autoitt("profile", "--json", "--backend", "vtune", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     analyses = json.loads(done.stdout)["vtune"]["analyses"]
