@@ -278,5 +278,5 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     # and the step's phases and counters, as for a framework's loop: all of it is Python here
     (step,) = summary["steps"]
     assert step["count"] == 60 and max(step["phases"], key=lambda name: step["phases"][name]["share"]) == "python"
-    # short regions are counted one a millisecond at most (counters.h): most of the 60 steps, not always all
+    # short regions are counted one a millisecond at most (counters.c): most of the 60 steps, not always all
     assert summary["counters"]["step"]["count"] >= 30 and summary["counters"]["step"]["cpu_s"] > 0

@@ -1,6 +1,13 @@
 /*
  * The sampler's Python frames (pyframes.c): CPython internals, read from a signal handler.
- * Used by sampler.c; see its header comment.
+ * Used by sampler.c; see sampler.h's signal-handler audit.
+ *
+ * Signal context: pyframes_walk runs in the sampling signal's handler (see pyframes.c's "Safety of a
+ * walk inside a signal handler"): no lock, no allocation (code ids and their names go to a table and an
+ * arena preallocated by pyframes_init), memory that may be freed meanwhile read only through checked
+ * copies (process_vm_readv, or page probes).  pyframes_code_next/pyframes_code_get are also read by
+ * sampler_fatal in signal context.  pyframes_init (dlsym, allocation) and pyframes_fork_child never run
+ * in a handler.
  */
 #ifndef AUTOITT_PYFRAMES_H
 #define AUTOITT_PYFRAMES_H
