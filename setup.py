@@ -1,6 +1,8 @@
 """Builds autoitt's compiled parts: the ITT collector, the trace reader's inner loop, a frameless wrapper.
 
-``instrumenter/collector/collector.c`` becomes ``instrumenter/_collector*.so``.
+``instrumenter/collector/*.c`` become ``instrumenter/_collector*.so`` (one translation unit per job: the
+process's life, the ITT binding, the writer, the trace limit, the task stack, counters, the sampler, its
+hooks, unwinder and Python frames; ``format.h`` holds the file formats).
 It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
 ``instrumenter.collector.library_path()`` finds it.
@@ -48,12 +50,14 @@ setup(
     ext_modules=[
         Extension(
             "instrumenter._collector",
-            # collector.c includes tasks.h, sampler.c, hooks.c and unwind.c (they share its statics); pyframes.c is built
-            # against the interpreter's own (internal) headers
-            sources=["instrumenter/collector/collector.c", "instrumenter/collector/pyframes.c"],
-            depends=["instrumenter/collector/sampler.c", "instrumenter/collector/unwind.c", "instrumenter/collector/hooks.c",
-                     "instrumenter/collector/tasks.h", "instrumenter/collector/pyframes.h",
-                     "instrumenter/collector/counters.h"],
+            # one translation unit per job, each with a header of what the others may use (format.h: the file
+            # formats); pyframes.c is built against the interpreter's own (internal) headers
+            sources=[f"instrumenter/collector/{unit}.c" for unit in
+                     ("process", "itt_binding", "writer", "trace_limit", "tasks", "counters", "sampler", "hooks",
+                      "unwind", "pyframes")],
+            depends=[f"instrumenter/collector/{header}.h" for header in
+                     ("format", "common", "process", "itt_binding", "writer", "trace_limit", "tasks", "counters",
+                      "sampler", "hooks", "unwind", "pyframes")],
             extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
             # every symbol bound at load: lazy binding in the sampler's signal handler is not async-signal-safe
             extra_link_args=["-Wl,-z,now", "-Wl,-z,relro"],

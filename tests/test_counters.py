@@ -112,3 +112,37 @@ def test_a_real_run_counts_cpu_time_and_page_faults_per_step_and_samples_tiny_st
     assert step["cpu_s"] >= 6 * 0.005 and 0.2 <= step["cpu_utilization"] <= 1.5
     assert step["page_faults_per_instance"] >= 1000
     assert 1 <= tiny["count"] < 20000 / 5
+
+
+MODULE_WITH_STEPS = """\
+import time
+
+
+def train(steps):
+    for i in range(steps):  # autoitt: step
+        time.sleep(0.003)  # over COUNT_EVERY_NS: every step is counted
+"""
+
+
+@pytest.mark.slow
+def test_a_project_of_more_modules_than_the_collector_once_kept_own_domains_has_counters_for_every_step(tmp_path):
+    """Each instrumented module has an own domain (autoitt.<module>); the collector kept the first 8 and
+    silently dropped the counters of the others' steps (a project of 9 modules recorded 27 steps, counted 24)."""
+    import json
+
+    from tests.test_profile import autoitt
+
+    modules, steps = 11, 3
+    for i in range(modules):
+        (tmp_path / f"part{i}.py").write_text(MODULE_WITH_STEPS)
+    entry = "".join(f"import part{i}\n" for i in range(modules))
+    entry += "".join(f"part{i}.train({steps})\n" for i in range(modules))
+    (tmp_path / "train.py").write_text(entry)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path, env={"AUTOITT_SAMPLE_HZ": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    domains = {t["domain"] for t in summary["tasks"] if t["name"] == "step"}
+    assert len(domains) == modules, domains
+    (step,) = summary["steps"]
+    assert step["count"] == modules * steps
+    assert summary["counters"]["step"]["count"] == modules * steps

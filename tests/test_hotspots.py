@@ -247,7 +247,6 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
 
 PURE_PYTHON = """\
 import numpy as np
-import pytest
 
 def forward(x, w):
     total = 0.0
@@ -280,6 +279,11 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     assert {("train.py", 6), ("train.py", 11)} <= lines, lines
     # and the step's phases and counters, as for a framework's loop: all of it is Python here
     (step,) = summary["steps"]
-    assert step["count"] == 60 and max(step["phases"], key=lambda name: step["phases"][name]["share"]) == "python"
-    # short regions are counted one a millisecond at most (counters.h): most of the 60 steps, not always all
+    phases = {name: phase["share"] for name, phase in step["phases"].items()}
+    assert step["count"] == 60 and not {"forward", "backward", "optimizer", "communication"} & {
+        name for name, share in phases.items() if share > 0}, phases
+    # Inside the step, Python is what runs. The time between steps (``data``: the loop's own) is left out:
+    # on a loaded machine the scheduler's gaps land there and outgrew the steps once in a full suite run.
+    assert max((name for name in phases if name != "data"), key=phases.get) == "python", phases
+    # short regions are counted one a millisecond at most (counters.c): most of the 60 steps, not always all
     assert summary["counters"]["step"]["count"] >= 30 and summary["counters"]["step"]["cpu_s"] > 0

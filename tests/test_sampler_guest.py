@@ -3,7 +3,7 @@
 Each test runs a real Python program under the real collector (``tests.test_collector``'s helpers),
 does what real programs do to signals, descriptors, threads and libraries, and checks both sides:
 the program behaves as it does without autoitt, and the samples are still taken.  The design and the
-hazards are in ``instrumenter/collector/hooks.c`` and ``sampler.c``'s signal-handler audit.
+hazards are in ``instrumenter/collector/hooks.h`` and ``sampler.h``'s signal-handler audit.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Read the CPU-time samples written by autoitt's ITT collector (``samples-<pid>.bin``).
 
-This docstring is the only documentation of the format; the collector's
-``instrumenter/collector/sampler.c`` writes it and this module reads it.
+This docstring is the only documentation of what the format means; the collector's ``sampler.c`` writes it
+and this module reads it (its layouts, kinds and flags from ``instrumenter/collector/formats.py``).
 
 What is sampled
 ===============
@@ -170,7 +170,7 @@ SAMPLE = np.dtype(formats.SAMPLE.dtype_fields)
 # sample flags (see Sample flags)
 F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = formats.SAMPLE_FLAGS.values()
 F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = (
-    formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NO_INFO", "FAILED"))
+    formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NOINFO", "FAILED"))
 F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = (
     formats.PYTHON_WALK[k] << formats.PYTHON_SHIFT for k in ("TRUNCATED", "INVALID", "UNKNOWN_CODE"))
 

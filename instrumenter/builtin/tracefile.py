@@ -1,7 +1,9 @@
 """Read the trace files written by autoitt's ITT collector (``instrumenter/collector``).
 
-This docstring is the only documentation of the format; ``collector.c`` writes
-it and this module reads it.  Standard library only.
+This docstring is the only documentation of what the format means; the collector's
+``writer.c`` (with ``trace_limit.c`` and ``counters.c``) writes it and this module reads it.  Its
+layouts, kinds, flags and constants are defined once, in ``instrumenter/collector/formats.py``,
+whence both sides take them.
 
 Files
 =====

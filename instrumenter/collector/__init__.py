@@ -1,6 +1,6 @@
 """autoitt's built-in ITT collector: where it is, and how to attach it to a program.
 
-The collector (``collector.c`` here, compiled by the package build into
+The collector (the ``*.c`` files here, compiled by the package build into
 ``instrumenter/_collector*.so``) is a shared library that Intel's ITT static
 parts load when ``INTEL_LIBITTNOTIFY64`` names it: the one in the ``ittapi``
 module, the one in ``libtorch_cpu.so`` (``emit_itt``), the one in TensorFlow's
@@ -42,7 +42,7 @@ def library_path() -> Path:
     if not origin or not Path(origin).is_file():
         raise CollectorMissing(
             "autoitt's ITT collector library (instrumenter/_collector*.so) is missing: it is "
-            "compiled from instrumenter/collector/collector.c when autoitt is installed, which "
+            "compiled from instrumenter/collector/*.c when autoitt is installed, which "
             "needs a C compiler (gcc) and the Python development headers. Install them "
             "(Debian/Ubuntu: apt-get install gcc python3-dev) and reinstall autoitt "
             "(pip install . or pip install -e .)."

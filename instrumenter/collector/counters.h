@@ -1,126 +1,34 @@
 /*
- * Counters per own task (included by collector.c after tasks.h): when a task of one of autoitt's own
- * domains (steps, epochs, evaluations) begins, the thread keeps the process's CPU time, page faults and
- * context switches (and, where the PMU can be read, cycles, instructions, cache and branch misses) in
- * its task stack; when it ends, it writes what they grew by in a counters record right after the end
- * record (trace format: "Counters").  Own tasks are a handful per step, so the cost (a clock read and a
- * getrusage, ~1.4 µs at each begin and end; a read() per hardware counter) stays off the operators' hot
- * path; and steps shorter than a millisecond are counted one a millisecond (COUNT_EVERY_NS).
+ * Counters per own task (counters.c): when a task of one of autoitt's own domains (steps, epochs,
+ * evaluations) begins, the thread keeps the process's CPU time, page faults and context switches (and,
+ * where the PMU can be read, cycles, instructions, cache and branch misses) in its task stack; when it
+ * ends, it writes what they grew by in a counters record right after the end record (trace format:
+ * "Counters").  Own tasks are a handful per step, so the cost (a clock read and a getrusage, ~1.4 µs at
+ * each begin and end; a read() per hardware counter) stays off the operators' hot path; and steps
+ * shorter than a millisecond are counted one a millisecond (COUNT_EVERY_NS).
  *
  * Hardware counters are opened once, at load, for the whole process (inherit: threads created later
  * count too, so load comes before the frameworks' thread pools).  In VMs without a virtual PMU and
  * with perf_event_paranoid 3 they cannot be opened: a note record says why, once per file.
+ *
+ * Signal context: none.  Everything here runs on the thread that begins or ends an own task (it may
+ * take g_mutex for the note, and emit records), never in a handler.
  */
-#include <linux/perf_event.h>
-#include <sys/resource.h>
+#ifndef AUTOITT_COUNTERS_H
+#define AUTOITT_COUNTERS_H
 
-enum { HW_CYCLES, HW_INSTRUCTIONS, HW_CACHE_MISSES, HW_BRANCH_MISSES, HW_COUNT };
-static int g_hw_fd[HW_COUNT] = {-1, -1, -1, -1};
-static int g_hw_ok;                          /* every hardware counter opened */
-static char g_hw_note[256];                  /* why not, for the note record */
-static pthread_once_t g_hw_note_once = PTHREAD_ONCE_INIT;
+#include <stdint.h>
 
-static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, uint64_t b);
-static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t a, uint64_t b);
-static char *register_name_locked(uint8_t kind, const void *ptr, const char *name);
-static inline uint64_t now_ns(int clock);
-static int fd_out_of_the_way(int fd, int must);
+#pragma GCC visibility push(hidden)
+
+struct tbuf;
 
 /* collector_load: the process's hardware counters, user mode, every thread (inherit). */
-static void counters_load(void)
-{
-    static const uint64_t configs[HW_COUNT] = {PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS,
-                                               PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_HW_BRANCH_MISSES};
-    static const char *names[HW_COUNT] = {"cycles", "instructions", "cache-misses", "branch-misses"};
-    for (int i = 0; i < HW_COUNT; i++) {
-        struct perf_event_attr attr;
-        memset(&attr, 0, sizeof attr);
-        attr.size = sizeof attr;
-        attr.type = PERF_TYPE_HARDWARE;
-        attr.config = configs[i];
-        attr.exclude_kernel = 1;
-        attr.exclude_hv = 1;
-        attr.inherit = 1;
-        int fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-        if (fd < 0) {
-            int error = errno;
-            snprintf(g_hw_note, sizeof g_hw_note,
-                     "hardware counters (cycles, instructions, cache and branch misses) are not read: "
-                     "perf_event_open(%s) failed: %s%s", names[i], strerror(error),
-                     error == ENOENT || error == EOPNOTSUPP ? " (no PMU: a VM without a virtual PMU)"
-                     : error == EACCES || error == EPERM ? " (perf_event_paranoid is 3, or a container forbids it)"
-                     : "");
-            for (int k = 0; k < i; k++) { close(g_hw_fd[k]); g_hw_fd[k] = -1; }
-            return;
-        }
-        g_hw_fd[i] = fd_out_of_the_way(fd, 0);
-    }
-    g_hw_ok = 1;
-}
+void counters_load(void);
+/* An own task began at depth d of t's task stack / ended (tasks.h's task_push, task_pop: out of line). */
+void own_counters_begin(struct tbuf *t, uint32_t d);
+void own_counters_end(struct tbuf *t, uint32_t d);
 
-static void write_hw_note(void)
-{
-    pthread_mutex_lock(&g_mutex);
-    register_name_locked(K_NOTE, NULL, g_hw_note);
-    pthread_mutex_unlock(&g_mutex);
-}
+#pragma GCC visibility pop
 
-static void read_counts(struct own_counts *c)
-{
-    struct timespec ts;
-    struct rusage usage;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    c->cpu_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if (getrusage(RUSAGE_SELF, &usage) == 0) {
-        c->faults = (uint64_t)(usage.ru_minflt + usage.ru_majflt);
-        c->switches = (uint64_t)(usage.ru_nvcsw + usage.ru_nivcsw);
-    }
-    for (int i = 0; g_hw_ok && i < HW_COUNT; i++) {
-        uint64_t value = 0;
-        if (read(g_hw_fd[i], &value, sizeof value) == (ssize_t)sizeof value) c->hw[i] = value;
-    }
-}
-
-/* Own tasks at one depth of a thread are counted at most once per this many ns: reading the counts costs
-   ~1.4 µs (a getrusage and a clock read), a sizeable share of a step of a few µs, and none of a step of
-   a millisecond or more, which is always counted. */
-#define COUNT_EVERY_NS 1000000ull
-
-/* An own task began: its counts so far, at its place in the thread's task stack (unless one at this
-   depth was counted less than COUNT_EVERY_NS ago). */
-static __attribute__((noinline, cold)) void own_counters_begin(tbuf *t, uint32_t d)
-{
-    if (g_hw_note[0]) pthread_once(&g_hw_note_once, write_hw_note);
-    if (d >= TASK_STACK) return;
-    uint64_t now = now_ns(CLOCK_MONOTONIC);
-    if (t->counted_at[d] && now - t->counted_at[d] < COUNT_EVERY_NS) {
-        t->counting &= ~(1ull << d);
-        return;
-    }
-    t->counted_at[d] = now;
-    t->counting |= 1ull << d;
-    read_counts(&t->counts[d]);
-}
-
-static inline uint64_t grown(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
-
-/* An own task (at depth d of the thread's stack) ended: what the process counted meanwhile. */
-static __attribute__((noinline, cold)) void own_counters_end(tbuf *t, uint32_t d)
-{
-    if (d >= TASK_STACK || !(t->counting & (1ull << d))) return;
-    t->counting &= ~(1ull << d);
-    struct own_counts now, *then = &t->counts[d];
-    memset(&now, 0, sizeof now);
-    read_counts(&now);
-    uint64_t faults = grown(now.faults, then->faults), switches = grown(now.switches, then->switches);
-    if (!emit_with(K_COUNTERS, 0, switches > 0xFFFF ? 0xFFFF : (uint16_t)switches,
-                   faults > UINT32_MAX ? UINT32_MAX : (uint32_t)faults, grown(now.cpu_ns, then->cpu_ns),
-                   t->tasks[d].name))
-        return;
-    if (g_hw_ok) {
-        emit(K_HARDWARE, 0, 0, grown(now.hw[HW_CYCLES], then->hw[HW_CYCLES]),
-             grown(now.hw[HW_INSTRUCTIONS], then->hw[HW_INSTRUCTIONS]));
-        emit(K_HARDWARE2, 0, 0, grown(now.hw[HW_CACHE_MISSES], then->hw[HW_CACHE_MISSES]),
-             grown(now.hw[HW_BRANCH_MISSES], then->hw[HW_BRANCH_MISSES]));
-    }
-}
+#endif

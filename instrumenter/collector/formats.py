@@ -123,6 +123,8 @@ TRACE_HEADER_FLAGS = {"START_PAUSED": 1, "TSC": 2}
 #: bucket of d ns is floor(log(d) / log(HIST_RATIO)) + 1, 0 for d = 0
 HIST_RATIO = 1.02
 HIST_BUCKETS = int(math.log(2.0 ** 64) / math.log(HIST_RATIO)) + 2
+#: past the limit, open tasks a thread's counts follow; deeper ones are not counted (the collector's alone)
+AGG_DEPTH = 256
 
 # --------------------------------------------------------------------------------------------------------------
 # The samples file, samples-<id>.bin (instrumenter/builtin/samplefile.py documents it)
@@ -149,10 +151,10 @@ SAMPLES_RAW_TAIL = _layout("s_raw_tail", "after a raw sample's entry, its stack'
                            "follow", "counts:u32", "reserved:u32")
 #: a stack's counts word: native frames in the high half, Python frames in the low
 STACK_NATIVE_SHIFT = 16
-SAMPLES_STATS = _layout("s_stats", "a thread's sample counts so far", "tid:u32", "serial:u32", "taken:u64",
+SAMPLES_STATS = _layout("s_counts", "a thread's sample counts so far", "tid:u32", "serial:u32", "taken:u64",
                         "dropped:u64", "handler_ticks:u64")
 SAMPLES_LOST = _layout("s_lost", "samples a thread lost while the signal's handler was not the sampler's",
-                       "tid:u32", "serial:u32", "samples:u64")
+                       "tid:u32", "serial:u32", "lost:u64")
 SAMPLES_MAPS_HEAD = _layout("s_maps_head", "part of /proc/self/maps: its text follows", "seq:u32", "last:u32")
 SAMPLES_THREAD_HEAD = _layout("s_thread_head", "a thread's name: its bytes follow", "tid:u32", "reserved:u32")
 SAMPLE = _layout("s_entry", "one sample of a samples record",
@@ -178,7 +180,7 @@ SAMPLE_FLAGS = {
 NATIVE_SHIFT = 8
 PYTHON_SHIFT = 12
 #: outcomes of the native walk (shifted by NATIVE_SHIFT) and of the Python walk (by PYTHON_SHIFT)
-NATIVE_WALK = {"TRUNCATED": 1, "RESTARTED": 2, "NO_INFO": 4, "FAILED": 8}
+NATIVE_WALK = {"TRUNCATED": 1, "RESTARTED": 2, "NOINFO": 4, "FAILED": 8}
 PYTHON_WALK = {"TRUNCATED": 1, "INVALID": 2, "UNKNOWN_CODE": 4}
 #: frames a sample keeps, innermost first
 MAX_NATIVE_FRAMES = 128
@@ -203,7 +205,7 @@ def c_constants() -> Dict[str, Union[int, float, bytes]]:
     """Every constant the header defines, by its C name (``tests/test_formats.py`` compares them with C's)."""
     out: Dict[str, Union[int, float, bytes]] = {
         "FILE_MAGIC": TRACE_MAGIC, "FORMAT_VERSION": TRACE_VERSION, "CHUNK_MAGIC": CHUNK_MAGIC,
-        "HIST_RATIO": HIST_RATIO, "HIST_BUCKETS": HIST_BUCKETS,
+        "HIST_RATIO": HIST_RATIO, "HIST_BUCKETS": HIST_BUCKETS, "AGG_DEPTH": AGG_DEPTH,
         "S_MAGIC": SAMPLES_MAGIC, "S_VERSION": SAMPLES_VERSION,
         "S_MAX_NATIVE": MAX_NATIVE_FRAMES, "S_MAX_PY": MAX_PYTHON_FRAMES,
         "SF_UW_SHIFT": NATIVE_SHIFT, "SF_PY_SHIFT": PYTHON_SHIFT, "S_STACK_NATIVE_SHIFT": STACK_NATIVE_SHIFT,
@@ -211,7 +213,7 @@ def c_constants() -> Dict[str, Union[int, float, bytes]]:
     }
     groups: Sequence[Tuple[str, Dict[str, int]]] = (
         ("K_", TRACE_KINDS), ("F_", RECORD_FLAGS), ("F_", TRACE_HEADER_FLAGS), ("SR_", SAMPLES_KINDS),
-        ("SH_", SAMPLES_HEADER_FLAGS), ("SM_", MECHANISMS), ("PYF_", PYTHON_FRAMES), ("SF_", SAMPLE_FLAGS),
+        ("S_HEADER_", SAMPLES_HEADER_FLAGS), ("SM_", MECHANISMS), ("PYF_", PYTHON_FRAMES), ("SF_", SAMPLE_FLAGS),
         ("UWF_", NATIVE_WALK), ("PYW_", PYTHON_WALK))
     for prefix, values in groups:
         for name, value in values.items():
@@ -221,7 +223,7 @@ def c_constants() -> Dict[str, Union[int, float, bytes]]:
 
 #: constants that are bits, versions or magic numbers: unsigned in C, as the fields they go into; kinds,
 #: counts and rates are plain ints there (compared with ints without a sign-compare warning)
-_UNSIGNED = ("F_", "SF_", "SH_", "UWF_", "PYW_", "FORMAT_VERSION", "S_VERSION", "CHUNK_MAGIC")
+_UNSIGNED = ("F_", "SF_", "S_HEADER_", "UWF_", "PYW_", "FORMAT_VERSION", "S_VERSION", "CHUNK_MAGIC")
 
 
 def _c_value(name: str, value: Union[int, float, bytes]) -> str:

@@ -1,48 +1,29 @@
 /*
- * What the sampler must know before the program does it: the sampler's hooks on thread creation,
- * signal handlers and library unloading (included by sampler.c, after its state, before its
- * handler).  See sampler.c's "Signal-handler audit" for why each piece exists.
- *
- * How: when sampling starts, and when the scanner sees that objects were loaded since, the GOT slots
- * (R_X86_64_JUMP_SLOT and GLOB_DAT relocations against an undefined symbol) of every loaded object
- * but libc, the dynamic loader, the vDSO and this library are pointed at the wrappers below for:
- *  - pthread_create: the new thread first gives itself an alternate signal stack and says it is
- *    ready (h_thread_ready), then runs its start routine.  Only ready threads are ever sampled:
- *    the sampling signal is SA_ONSTACK, so its frame and our handler never touch the interrupted
- *    stack, which is not always a stack: oneDNN's x64 f32 GEMM kernels point rsp at a heap buffer
- *    (uxlfoundation/oneDNN#4845), and a signal frame written there corrupts the heap (a Keras fit
- *    sampled from its start aborted 8 times in 8 that way, and 0 in 8 with the altstack; see
- *    benchmarks/README.md).  Altstacks are per thread and not inherited.
- *  - sigaction, signal: the sampling signal's handler stays ours for good.  What the program
- *    installs for that signal is kept as its chained action: our handler takes the samples (only
- *    signals from our own events: si_fd of one of ours, or si_value of one of our timers) and
- *    passes every other signal of that number to the program's action, as if it were installed.
- *    sigaction() and signal() report the program's action back; Python's signal module keeps
- *    its own table.  Lightning's teardown that resets every handler, or a script's own SIGURG
- *    handler, thus changes nothing for sampling, and the program's handler never sees a sample.
- *  - not dlopen: the loader takes the caller's address for the library search path (RUNPATH) and the
- *    namespace, so a wrapper would change what the program loads.  New objects are found by the
- *    scanner instead (the loader's load count, every scan) and patched then: a thread that a library
- *    starts within 50 ms of being loaded is not sampled (it is counted, see the reason record).
- *  - execve, execv, execvp, execvpe, fexecve: a program that replaces itself (a restart wrapper,
- *    `os.execv`) ends its image without exit(), so nothing at exit runs: what the threads buffered
- *    and what the sampler holds is written first (h_before_exec), else every step recorded since the
- *    last pause would be lost with the image.  Never in a child between fork and exec
- *    (subprocess), where only async-signal-safe calls are allowed and nothing of it was recorded.
- *    These are patched without sampling too (h_install_exec_only).
- *  - dlclose: the unwinder reads libraries' .eh_frame from inside the handler.  A close waits
- *    until no handler is in a native walk (uw_readers), and while it runs handlers skip the
- *    walk; each close bumps uw_generation, which empties every thread's unwind caches at its
- *    next sample: no pointer into an unloaded library is ever followed.
- *
- * Limits: a call that does not go through a patched slot (a raw syscall, a dlsym'ed pointer, code
- * in a library loaded and run before its dlopen returns) is not seen.  The scanner covers that
- * after the fact: it re-arms a handler replaced behind our back (keeping the replacement as the
- * program's action, and saying so), and bumps uw_generation when the loader's unload count moved.
- * Threads created that way are never sampled unless they make an ITT call (collector.c's
- * attach_thread makes them ready).
+ * The sampler's hooks: thread creation, signal handlers, library unloading, exec.  See hooks.h.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <elf.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "hooks.h"
+#include "itt_binding.h"
+#include "process.h"
+#include "sampler.h"
+#include "unwind.h"
+#include "writer.h"
 
 #define H_ALTSTACK_BYTES (256u << 10)       /* our handler needs < 8 KiB and the kernel's frame ~3 KiB with AVX-512;
                                                the program's own handlers run here too (h_forward): touched pages only */
@@ -52,19 +33,13 @@
 /* ------------------------------------------------------------------------- */
 /* Ready threads: an altstack installed, and their stack's bounds.          */
 
-typedef struct h_ready {
-    _Atomic uint32_t tid;          /* 0: free; H_CLAIMED: being filled in */
-    _Atomic int gone;              /* the thread is ending (its altstack given back): kept until its tid is
-                                      no longer listed, so that it is not taken for a thread never ready */
-    uintptr_t stack_lo, stack_hi;  /* the thread's own stack (pthread_getattr_np) */
-} h_ready;
 #define H_CLAIMED 0xFFFFFFFFu
-static h_ready h_ready_threads[S_MAX_THREADS];
+h_ready h_ready_threads[S_MAX_THREADS];
 static _Atomic int h_ready_top;    /* slots in use are below it */
 
 typedef struct h_thread { void *alt; size_t alt_bytes; int slot; } h_thread;
 static pthread_key_t h_key;
-static int h_key_ok;
+int h_key_ok;
 #define H_EXITED ((h_thread *)1)    /* the key's value after its destructor: never made ready again */
 
 /* Disables the calling thread's altstack and unmaps ours (a later signal runs on the thread's own stack). */
@@ -92,7 +67,7 @@ static void h_thread_gone(void *arg)
 
 /* The calling thread gets an alternate signal stack (its own, when it has a big enough one) and is
  * listed as ready to be sampled.  Not for a signal handler: it allocates.  Idempotent. */
-static void h_thread_ready(void)
+void h_thread_ready(void)
 {
     if (!h_key_ok || pthread_getspecific(h_key)) return;
     pthread_attr_t attr;
@@ -142,7 +117,7 @@ undo:
 }
 
 /* The ready slot of tid (scanner): a live one, else one of a thread ending (*gone set); -1: never ready. */
-static int h_ready_slot(uint32_t tid, int *gone)
+int h_ready_slot(uint32_t tid, int *gone)
 {
     int ending = -1, top = atomic_load(&h_ready_top);
     for (int i = 0; i < top; i++) {
@@ -154,15 +129,8 @@ static int h_ready_slot(uint32_t tid, int *gone)
     return ending;
 }
 
-/* Whether the thread in slot i is still ready (the handler and the scanner). */
-static inline int h_still_ready(int i, uint32_t tid)
-{
-    return atomic_load_explicit(&h_ready_threads[i].tid, memory_order_relaxed) == tid
-           && !atomic_load_explicit(&h_ready_threads[i].gone, memory_order_relaxed);
-}
-
 /* Slots of ended threads whose tid is listed no more are free again (scanner; tids sorted). */
-static void h_release_ended(const uint32_t *tids, size_t n, int (*cmp)(const void *, const void *))
+void h_release_ended(const uint32_t *tids, size_t n, int (*cmp)(const void *, const void *))
 {
     int top = atomic_load(&h_ready_top);
     for (int i = 0; i < top; i++) {
@@ -174,7 +142,7 @@ static void h_release_ended(const uint32_t *tids, size_t n, int (*cmp)(const voi
 
 /* A forked child: the parent's other threads are not here; the forking thread, now with a new tid,
    keeps its altstack (fork copies it and its setting). */
-static void h_fork_child(void)
+void h_fork_child(void)
 {
     h_thread *self = h_key_ok ? pthread_getspecific(h_key) : NULL;
     for (int i = 0; i < S_MAX_THREADS; i++)
@@ -186,7 +154,7 @@ static void h_fork_child(void)
 /* The wrappers.                                                             */
 
 static int (*h_real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
-static int (*h_real_sigaction)(int, const struct sigaction *, struct sigaction *);
+int (*h_real_sigaction)(int, const struct sigaction *, struct sigaction *);
 static __sighandler_t (*h_real_signal)(int, __sighandler_t);
 static int (*h_real_dlclose)(void *);
 static int (*h_real_execve)(const char *, char *const[], char *const[]);
@@ -196,8 +164,6 @@ static int (*h_real_execvpe)(const char *, char *const[], char *const[]);
 static int (*h_real_fexecve)(int, char *const[], char *const[]);
 
 typedef struct h_start { void *(*fn)(void *); void *arg; } h_start;
-
-static void sampler_thread_started(void);
 
 static void *h_thread_main(void *p)
 {
@@ -225,17 +191,15 @@ static int h_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void 
 #define H_CHAINED 16
 static struct sigaction h_chained[H_CHAINED];
 static _Atomic uint32_t h_chained_next, h_chained_index;
-static _Atomic int h_owned_signal;      /* the sampling signal once our handler is in place; 0: none */
+_Atomic int h_owned_signal;
 
 static const struct sigaction h_default; /* all zero: SIG_DFL, no flags, empty mask */
 
-static void s_handler(int sig, siginfo_t *si, void *ucv);
-
 /* Whether an action would run our own handler (a program that saved it behind our hooks and sets it
    back): never kept as the program's, it would call itself. */
-static int h_is_ours(const struct sigaction *act) { return (void *)act->sa_handler == (void *)s_handler; }
+int h_is_ours(const struct sigaction *act) { return (void *)act->sa_handler == (void *)s_handler; }
 
-static void h_set_chained(const struct sigaction *act)
+void h_set_chained(const struct sigaction *act)
 {
     if (h_is_ours(act)) return;
     uint32_t slot = atomic_fetch_add(&h_chained_next, 1) % H_CHAINED;
@@ -274,7 +238,7 @@ static int h_ignored_by_default(int sig) { return sig == SIGURG || sig == SIGCHL
 /* From our handler: a signal of the sampling signal's number that is not a sample goes to the
  * program's action, as the kernel would have delivered it (its mask applied; a default action
  * that ends the process ends it). */
-static void h_forward(int sig, siginfo_t *si, void *uc)
+void h_forward(int sig, siginfo_t *si, void *uc)
 {
     struct sigaction a = h_get_chained();
     /* the kernel reads the handler field alike with or without SA_SIGINFO */
@@ -299,11 +263,9 @@ static void h_forward(int sig, siginfo_t *si, void *uc)
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 
-/* dlclose against the unwinder: see the top of this file. */
-static _Atomic long uw_closing;            /* dlclose calls running */
-static _Atomic uint32_t uw_generation;     /* bumped by each: the unwind caches are emptied */
-
-static void sampler_before_unload(void);
+/* dlclose against the unwinder: see the top of hooks.h. */
+_Atomic long uw_closing;
+_Atomic uint32_t uw_generation;
 
 /* The real dlclose, with no native walk running meanwhile and the unwind caches emptied after. */
 static int h_guarded_dlclose(void *handle)
@@ -395,7 +357,7 @@ typedef struct h_patched { uintptr_t dynamic; uint64_t name_hash; uintptr_t slot
 static h_patched h_done[H_PATCHED_MAX];
 static size_t h_ndone;
 static uintptr_t h_self_base;
-static pthread_mutex_t h_patch_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t h_patch_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t h_slots_patched;
 
 static uintptr_t h_fix(uintptr_t value, uintptr_t base) { return value && value < base ? value + base : value; }
@@ -538,7 +500,7 @@ static void h_patch_object(const h_candidate *k)
  * dlopen(RTLD_NOLOAD), which waits for any dlopen in progress and gives nothing for an object being
  * unloaded or that failed to load; its link map must still be the one listed.  Not from inside the
  * iteration: it holds a lock the loader takes after its own. */
-static void h_patch_all(void)
+void h_patch_all(void)
 {
     pthread_mutex_lock(&h_patch_mutex);
     h_candidates c = {NULL, 0, 0};
@@ -557,8 +519,8 @@ static void h_patch_all(void)
     pthread_mutex_unlock(&h_patch_mutex);
 }
 
-static void h_fork_prepare(void) { pthread_mutex_lock(&h_patch_mutex); }
-static void h_fork_parent(void) { pthread_mutex_unlock(&h_patch_mutex); }
+void h_fork_prepare(void) { pthread_mutex_lock(&h_patch_mutex); }
+void h_fork_parent(void) { pthread_mutex_unlock(&h_patch_mutex); }
 
 static int h_real_exec_found(void)
 {
@@ -570,22 +532,27 @@ static int h_real_exec_found(void)
     return h_real_execve && h_real_execv && h_real_execvp && h_real_execvpe && h_real_fexecve;
 }
 
+/* This library's load address, which h_collect passes over (its own calls are not hooked). */
+static void h_find_self_base(void)
+{
+    Dl_info info;
+    struct link_map *self = NULL;
+    if (dladdr1((void *)h_find_self_base, &info, (void **)&self, RTLD_DL_LINKMAP) && self) h_self_base = self->l_addr;
+}
+
 /* No sampling (AUTOITT_SAMPLE_HZ=0): the exec hooks alone, so that an exec still keeps what was recorded.
    Once, at the first ITT call: objects loaded later are not patched (there is no scanner to find them). */
-static void h_install_exec_only(void)
+void h_install_exec_only(void)
 {
     *(void **)&h_real_dlclose = dlsym(RTLD_DEFAULT, "dlclose"); /* h_patch_all unpins what it pinned */
     if (!h_real_dlclose || !h_real_exec_found()) return;
-    Dl_info info;
-    struct link_map *self = NULL;
-    if (dladdr1((void *)h_install_exec_only, &info, (void **)&self, RTLD_DL_LINKMAP) && self) h_self_base = self->l_addr;
+    h_find_self_base();
     h_nhooks = H_EXEC_HOOKS;
     h_patch_all();
 }
 
-/* Sampling starts (sampler_start, s_mutex held): the real functions, the calling thread made ready,
- * every object patched.  0: the hooks cannot be set up (nothing is sampled then). */
-static int h_install(void)
+/* Sampling starts: see hooks.h. */
+int h_install(void)
 {
     *(void **)&h_real_pthread_create = dlsym(RTLD_DEFAULT, "pthread_create");
     *(void **)&h_real_sigaction = dlsym(RTLD_DEFAULT, "sigaction");
@@ -593,9 +560,7 @@ static int h_install(void)
     *(void **)&h_real_dlclose = dlsym(RTLD_DEFAULT, "dlclose");
     if (!h_real_pthread_create || !h_real_sigaction || !h_real_signal || !h_real_dlclose || !h_real_exec_found())
         return 0;
-    Dl_info info;
-    struct link_map *self = NULL;
-    if (dladdr1((void *)h_install, &info, (void **)&self, RTLD_DL_LINKMAP) && self) h_self_base = self->l_addr;
+    h_find_self_base();
     if (!h_key_ok) h_key_ok = pthread_key_create(&h_key, h_thread_gone) == 0;
     if (!h_key_ok) return 0;
     h_thread_ready();

@@ -1,6 +1,13 @@
 /*
  * The sampler's Python frames (pyframes.c): CPython internals, read from a signal handler.
- * Used by sampler.c; see its header comment.
+ * Used by sampler.c; see sampler.h's signal-handler audit.
+ *
+ * Signal context: pyframes_walk runs in the sampling signal's handler (see pyframes.c's "Safety of a
+ * walk inside a signal handler"): no lock, no allocation (code ids and their names go to a table and an
+ * arena preallocated by pyframes_init), memory that may be freed meanwhile read only through checked
+ * copies (process_vm_readv, or page probes).  pyframes_code_next/pyframes_code_get are also read by
+ * sampler_fatal in signal context.  pyframes_init (dlsym, allocation) and pyframes_fork_child never run
+ * in a handler.
  */
 #ifndef AUTOITT_PYFRAMES_H
 #define AUTOITT_PYFRAMES_H
@@ -8,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { PYF_NONE = 0, PYF_OK = 1, PYF_UNSUPPORTED = 2 };
+#include "format.h" /* PYF_* (what pyframes_init found, in the samples' info record) and the walk flags PYW_* */
 
 /* Looks up the interpreter (dlsym: the collector is loaded into non-Python processes too).
  * Returns PYF_OK when Python frames can be walked, PYF_NONE when this is no Python process, and
@@ -18,10 +25,8 @@ enum { PYF_NONE = 0, PYF_OK = 1, PYF_UNSUPPORTED = 2 };
 int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, uint64_t *eval_start,
                   uint64_t *eval_size);
 
-/* Walk flags */
-#define PYW_TRUNCATED 1u       /* more frames than max */
-#define PYW_INVALID 2u         /* stopped at a frame that did not look valid */
-#define PYW_UNKNOWN_CODE 4u    /* a frame's code object could not be given an id (0 recorded) */
+/* Walk flags (format.h): PYW_TRUNCATED, more frames than max; PYW_INVALID, stopped at a frame that did not
+ * look valid; PYW_UNKNOWN_CODE, a frame's code object could not be given an id (0 recorded). */
 
 /* The calling thread's Python frames, innermost first, as
  *   code_id << 32 | (lasti + 1) << 1 | is_entry

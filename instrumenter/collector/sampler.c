@@ -1,161 +1,43 @@
 /*
- * CPU-time stack sampling inside the collector.  Included at the end of collector.c (it uses
- * the collector's record clock, directory, collection state and per-thread buffers); the
- * Python frames are in pyframes.c, the native stack walk in unwind.c, the hooks that keep the
- * sampler out of the program's way in hooks.c.  It writes $AUTOITT_TRACE_DIR/samples-<pid>.bin,
- * whose format is documented in one place only: the docstring of
- * instrumenter/builtin/samplefile.py (the reader).  Keep the two in sync.
- *
- * Mechanism (measurements: /work/shared/research/sampling.md and benchmarks/README.md):
- *  - per thread, a perf_event_open software event PERF_COUNT_SW_CPU_CLOCK (an hrtimer on the
- *    thread's CPU time, so a real 1 kHz, where POSIX CPU-time timers fire at most at the kernel
- *    tick, 250/s here), exclude_kernel (allowed with perf_event_paranoid <= 2, no capability
- *    needed: the threads are our own), no mmap ring: the fd is O_ASYNC with F_SETSIG and
- *    F_SETOWN_EX(F_OWNER_TID), so each overflow sends the signal to the sampled thread itself,
- *    and its siginfo's si_fd says which thread state to fill.  The fd lives out of the program's
- *    low numbers (collector.c's fd_out_of_the_way: above its soft limit on open files where the
- *    hard limit allows, else in the top of a large limit);
- *  - per-thread POSIX timers on the thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel
- *    tick's rate, each sample weighted by the periods it stands for (1 + the timer's overrun),
- *    where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile) or
- *    where the limit on open files is too small to keep our descriptors out of the program's way;
- *    the reason is recorded.  Their si_value carries S_TIMER_MAGIC, so a timer of the program's on
- *    the same signal is told apart;
- *  - the signal is SIGURG unless the program already handles it (then SIGPROF, then real-time
- *    signals), or AUTOITT_SAMPLE_SIGNAL.  From then on its handler is ours for good: hooks.c's
- *    sigaction/signal keep what the program installs as its chained action, which our handler
- *    runs for every signal of that number that is not a sample (a kill, a socket's SIGURG), so the
- *    program sees its own handler called exactly when it would be.  A replacement made behind
- *    those hooks is found by the scanner, kept as the chained action, and ours put back (said in a
- *    reason record).  SA_RESTART; with perf the signal only ever interrupts a thread running in user
- *    mode, so sleeps and blocking reads see no EINTR from it (POSIX CPU-time timers also count system
- *    time and may interrupt a system call: calls the kernel never restarts, such as epoll_wait, can
- *    then return EINTR, which is why perf is preferred);
- *  - SA_ONSTACK, and only threads that have an alternate signal stack are sampled: the signal's
- *    frame and our handler never touch the interrupted stack, which is not always a stack
- *    (oneDNN's GEMM kernels point rsp at a heap buffer).  A thread gets one as it starts (hooks.c's
- *    pthread_create), at its first ITT call (attach_thread), or is the one that started sampling;
- *    others are counted and named in a reason record, never sampled;
- *  - a scanner thread ("autoitt-sampler"), started at the first ITT call (__itt_api_init), and
- *    in each forked child by the fork handler, lists /proc/self/task every 50 ms (20 ms in a
- *    forked child): it opens an event for each new ready thread, closes those of threads gone,
- *    links each thread's state to its trace buffer (for task attribution), drains the per-thread
- *    sample rings into the file, patches the hooks into newly loaded objects and writes the
- *    memory map when it changed.  Threads that start and end between two scans are not sampled.
- *
- * The signal handler fills one slot of the thread's preallocated ring, or counts a drop when the
- * ring is full: the record clock's time (now_ticks(), as the trace), the collection state, the
- * thread's innermost open ITT task and innermost open task of an own domain (autoitt's markers':
- * AUTOITT_OWN_DOMAINS, default "autoitt.train"; from the task stack its trace buffer keeps, see
- * tasks.h), else the process's current own task flagged inherited, the native stack (unwind.c,
- * from the ucontext) and the Python frames (pyframes.c).
- *
- * Signal-handler audit: everything s_handler can reach, and why each is safe in a signal handler
- * that may interrupt any instruction of any sampled thread (malloc, the loader, a lock holder,
- * JIT code with rsp anywhere):
- *  - where it runs: our altstack (SA_ONSTACK; a sampled thread always has one, 64 KiB with a guard
- *    page below, or the program's own of at least 32 KiB); the handler needs under 8 KiB;
- *  - s_handler: reads siginfo; atomic loads of s_threads/s_by_fd (static arrays; sthread records are
- *    mmap'ed once and never unmapped, only reused a second after their thread ended); errno saved
- *    and restored.  Anything not from our own events goes to h_forward;
- *  - h_forward (hooks.c): reads the chained action (a static double buffer: sigaction() never waits),
- *    pthread_sigmask and sigaction and raise (async-signal-safe by POSIX), then the program's handler,
- *    which the kernel would have run in this same context;
- *  - s_take: now_ticks (rdtsc, or clock_gettime through the vDSO); relaxed atomics; the thread's trace
- *    buffer (tbufs are never freed, only reused; the scanner links a thread to its own), read only
- *    when it is this thread's (tid and pause epoch checked); the own-domain table (static); writes to
- *    the thread's own ring slot.  No lock, no allocation, no __thread variable (in a dlopen'ed
- *    library its first access from a thread may allocate): the thread state comes from si_fd or
- *    si_value;
- *  - the native walk (unwind.c): _dl_find_object (glibc 2.35+, documented async-signal-safe) and
- *    reads of the .eh_frame_hdr/.eh_frame it points to.  No object can be unloaded during a walk:
- *    hooks.c's dlclose waits until uw_readers is 0, and handlers skip the walk while a dlclose runs
- *    (uw_closing; the reader is flagged SF_UNLOADING); each close bumps uw_generation, and a thread's
- *    unwind caches (which hold pointers into .eh_frame) are emptied at its next sample after a
- *    change.  Stack words are read only within [rsp, top of the thread's own stack) (bounds the
- *    thread gave itself with pthread_getattr_np; an rsp outside them gives the interrupted
- *    instruction only, SF_NO_STACK_MAP), code bytes (the JIT restart's call check) only inside a
- *    function that a loaded object's FDE covers.  DWARF expressions are evaluated on a bounded
- *    stack; a wrong rule ends the walk, never reads outside those bounds.  No copy of
- *    /proc/self/maps is used (it could be seconds old);
- *  - the Python walk (pyframes.c): PyGILState_GetThisThreadState (a pthread_getspecific: a read of
- *    the thread's own key array, no lock) and _Py_IsFinalizing (a load); frames in the thread's own
- *    data-stack chunks are read directly, any other frame through a checked copy; the innermost
- *    frame's code object (the one frame whose reference may already be dropped) and every string
- *    and line table copied at a code object's first sight through checked copies
- *    (process_vm_readv, or rt_sigprocmask page probes where that is refused): system calls that
- *    fail instead of faulting.  Code ids: a lock-free table in preallocated memory;
- *  - not reachable: malloc/free, stdio, locks, dl_iterate_phdr, the dynamic loader (the library is
- *    linked with -z now (setup.py): no lazy binding inside the handler), /proc reads.
- * Known residual hazards: a dlclose through a path the hooks cannot see (a raw syscall-level unmap,
- * a dlsym'ed dlclose) concurrent with a walk of that library's frames; a foreign altstack smaller
- * than our handler's needs installed by the program after ours (we keep ours only if it is at
- * least 32 KiB when the thread becomes ready).  Outside the handler: lazy binding in a program's
- * library, resolving a slot at the moment we patch it, can write over the hook (threads created
- * through that slot are then not sampled); s_pick_signal and catch_fatal_signals read a handler
- * set with SA_SIGINFO as taken even when it is SIG_DFL (a signal is passed over, nothing more).
- *
- * The fatal-signal path (sampler_fatal, from collector.c's handler for SIGTERM, SIGSEGV, ...) is
- * best effort: it try-locks s_mutex (a single compare-and-swap in glibc: it never waits; when the
- * scanner holds it, nothing is written), then writes with write() from a static buffer and reads
- * /proc/self/maps with open/read, all async-signal-safe system calls.
- *
- * Writing: the scanner thread gives stacks ids (each distinct stack is written once) and writes
- * batches of fixed-size sample entries.  At a pause or detach the rings are drained at once; at
- * exit (atexit, the end of Python's finalization, the library's destructor) the events are
- * closed and what is left written, with the memory map and the counts; on a fatal signal the
- * same is done best effort without allocating (samples written with their stacks inline).  A
- * forked child closes its copies of the parent's events and starts its own scanner and
- * samples-<childpid>.bin (its first scan 10 ms after the fork, so a fork+exec child makes
- * nothing); it usually ends with _exit, which flushes nothing: its last 20 ms are lost.  The
- * scanner's period is a trade-off: each wakeup costs the program's threads a little (cache, and
- * in a VM, timer exits), and threads that live less than one period are not sampled.
- *
- * Cost (benchmarks/README.md): the handler takes 4-7 us a sample in a PyTorch loop (most of it
- * the native walk's cache misses); in this VM the timer interrupt and the signal around it cost
- * the sampled thread about 25 us more, which is most of the overhead at 1 kHz.
- *
- * Controls (read at load): AUTOITT_SAMPLE_HZ (default 1000, 0: off), AUTOITT_OWN_DOMAINS (the own
- * domains, comma-separated; default autoitt.train), AUTOITT_SAMPLE_SIGNAL (a signal number),
- * AUTOITT_SAMPLE_MECHANISM (perf|timer: force one, for comparisons).
+ * CPU-time stack sampling.  See sampler.h (the mechanism, and the signal-handler audit).
  */
+#define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <linux/perf_event.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
+#include "sampler.h"
+#include "format.h"
+#include "hooks.h"
+#include "process.h"
 #include "pyframes.h"
-#include "unwind.c"
-
-#define S_MAGIC "AITSAMPL"
-#define S_VERSION 2u
-#define S_MAX_NATIVE 128
-#define S_MAX_PY 64
+#include "tasks.h"
+#include "unwind.h"
+#include "writer.h"
 #define S_RING 128                /* samples buffered per thread between two drains (128 ms at 1 kHz) */
 #define S_FD_TABLE 65536
-#define S_MAX_THREADS 4096
 #define S_SCAN_NS 50000000ull      /* the scanner's period; in a forked child: */
 #define S_SCAN_CHILD_NS 20000000ull /* (it usually ends with _exit: what it has not drained is lost) */
-#define S_MAX_HZ 20000
 #define S_STATS_NS 1000000000ull  /* counts are rewritten at most once a second */
-
-enum { SR_INFO = 1, SR_REASON = 2, SR_CLOCK = 3, SR_THREAD = 4, SR_CODE = 5, SR_STACK = 6, SR_SAMPLES = 7,
-       SR_RAW_SAMPLE = 8, SR_MAPS = 9, SR_STATS = 10, SR_END = 11, SR_LOST = 12 };
-enum { SM_NONE = 0, SM_PERF = 1, SM_TIMER = 2 };
-
-/* sample flags (samplefile.py) */
-#define SF_PAUSED 1u
-#define SF_DETACHED 2u
-#define SF_INHERITED 4u
-#define SF_TASKS_OVERFLOW 8u
-#define SF_NO_STACK_MAP 16u    /* rsp was outside the thread's stack: the interrupted instruction only */
-#define SF_UNLOADING 32u       /* a library was being unloaded: the interrupted instruction only */
-#define SF_UW_SHIFT 8
-#define SF_PY_SHIFT 12
 
 typedef struct s_sample {          /* a ring slot, written by the handler */
     uint64_t ticks;
@@ -167,13 +49,6 @@ typedef struct s_sample {          /* a ring slot, written by the handler */
     uint64_t py[S_MAX_PY];         /* innermost first, as pyframes_walk gives them */
 } s_sample;
 
-typedef struct s_entry {           /* a sample in the file (SR_SAMPLES) */
-    uint64_t ticks;
-    uint32_t tid, stack;
-    uint32_t flags, weight;
-    uint64_t task_domain, task_name, autoitt_domain, autoitt_name;
-} s_entry;
-_Static_assert(sizeof(s_entry) == 56, "sample entry");
 
 typedef struct sthread {
     uint32_t index;                /* in s_threads */
@@ -199,7 +74,7 @@ typedef struct sthread {
     s_sample ring[S_RING];
 } sthread;
 
-static unsigned long s_hz = 1000;
+static unsigned long s_hz = S_DEFAULT_HZ;
 static uint64_t s_period_ns;
 static int s_signal_wanted;        /* AUTOITT_SAMPLE_SIGNAL */
 static int s_force;                /* AUTOITT_SAMPLE_MECHANISM */
@@ -213,7 +88,7 @@ static _Atomic uint32_t s_scanner_tid;
 static pthread_mutex_t s_mutex = PTHREAD_MUTEX_INITIALIZER;  /* all but the handler; before g_mutex */
 static pthread_mutex_t s_wait_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t s_wake;
-static _Atomic(sthread *) s_by_fd[S_FD_TABLE];  /* by fd - s_fd_base (collector.c's fd_out_of_the_way) */
+static _Atomic(sthread *) s_by_fd[S_FD_TABLE];  /* by fd - s_fd_base (writer.c's fd_out_of_the_way) */
 static sthread *_Atomic s_threads[S_MAX_THREADS];
 static uint32_t s_nthreads, s_serial;
 static int s_fd = -1;
@@ -242,8 +117,6 @@ static uint32_t s_maps_seq;
 
 /* ------------------------------------------------------------------------- */
 /* The signal handler.                                                       */
-
-#include "hooks.c"
 
 static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
 {
@@ -329,7 +202,7 @@ static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
                           memory_order_relaxed);
 }
 
-static void s_handler(int sig, siginfo_t *si, void *ucv)
+void s_handler(int sig, siginfo_t *si, void *ucv)
 {
     int saved_errno = errno;
     sthread *st = NULL;
@@ -388,12 +261,12 @@ static unsigned char *s_reserve(size_t n)
 static unsigned char *s_record(uint32_t kind, size_t len)
 {
     size_t padded = PAD8(len);
-    unsigned char *p = s_reserve(8 + padded);
+    s_record_head head = {kind, (uint32_t)len};
+    unsigned char *p = s_reserve(sizeof head + padded);
     if (!p) return NULL;
-    uint32_t head[2] = {kind, (uint32_t)len};
-    memcpy(p, head, 8);
-    memset(p + 8 + len, 0, padded - len);
-    return p + 8;
+    memcpy(p, &head, sizeof head);
+    memset(p + sizeof head + len, 0, padded - len);
+    return p + sizeof head;
 }
 
 static void s_flush_out(void)
@@ -406,9 +279,9 @@ static void s_flush_out(void)
 static void s_write_record(int fd, uint32_t kind, const void *a, size_t alen, const void *b, size_t blen)
 {
     unsigned char pad[8] = {0};
-    uint32_t head[2] = {kind, (uint32_t)(alen + blen)};
+    s_record_head head = {kind, (uint32_t)(alen + blen)};
     size_t padding = PAD8(alen + blen) - (alen + blen);
-    struct { const void *p; size_t n; } parts[4] = {{head, 8}, {a, alen}, {b, blen}, {pad, padding}};
+    struct { const void *p; size_t n; } parts[4] = {{&head, sizeof head}, {a, alen}, {b, blen}, {pad, padding}};
     for (int i = 0; i < 4; i++)
         if (parts[i].n) write_all(fd, parts[i].p, parts[i].n);
 }
@@ -416,12 +289,7 @@ static void s_write_record(int fd, uint32_t kind, const void *a, size_t alen, co
 static void s_info_locked(void)
 {
     if (s_fd < 0) return;
-    struct {
-        uint32_t hz, mechanism, signal, python;
-        uint64_t period_ns, eval_start, eval_size;
-        uint32_t py_version, max_native, max_py, ring;
-        uint64_t eval_cold_start, eval_cold_size;
-    } info = {(uint32_t)s_hz, (uint32_t)s_mechanism, (uint32_t)s_signal, (uint32_t)s_py, s_period_ns,
+    s_info info = {(uint32_t)s_hz, (uint32_t)s_mechanism, (uint32_t)s_signal, (uint32_t)s_py, s_period_ns,
               s_eval_start, s_eval_size, s_py_version, S_MAX_NATIVE, S_MAX_PY, S_RING, s_eval_cold_start,
               s_eval_cold_size};
     s_write_record(s_fd, SR_INFO, &info, sizeof info, NULL, 0);
@@ -496,18 +364,14 @@ static void s_open_file_locked(void)
         fprintf(stderr, "autoitt collector: cannot write %s: %s; no samples\n", path, strerror(errno));
         return;
     }
-    struct {
-        char magic[8];
-        uint32_t version, header_size, pid, ppid, flags, reserved;
-        uint64_t ticks, mono_ns;
-    } h;
+    s_file_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, S_MAGIC, 8);
     h.version = S_VERSION;
     h.header_size = sizeof h;
     h.pid = g_file_id;
     h.ppid = g_ppid;
-    h.flags = (g_tsc ? 1u : 0u) | (g_forked ? 2u : 0u);
+    h.flags = (g_tsc ? S_HEADER_TSC : 0u) | (g_forked ? S_HEADER_FORKED : 0u);
     h.ticks = now_ticks();
     h.mono_ns = now_ns(CLOCK_MONOTONIC);
     write_all(s_fd, &h, sizeof h);
@@ -575,9 +439,9 @@ static void s_refresh_maps_locked(void)
         for (size_t i = 0; i < exec_len; i++) h = (h ^ (unsigned char)exec[i]) * 1099511628211ull;
         if (h != s_maps_hash || s_maps_seq == 0) {
             s_maps_hash = h;
-            uint32_t head[2] = {++s_maps_seq, 1};
-            unsigned char *p = s_record(SR_MAPS, 8 + exec_len);
-            if (p) { memcpy(p, head, 8); memcpy(p + 8, exec, exec_len); }
+            s_maps_head head = {++s_maps_seq, 1};
+            unsigned char *p = s_record(SR_MAPS, sizeof head + exec_len);
+            if (p) { memcpy(p, &head, sizeof head); memcpy(p + sizeof head, exec, exec_len); }
         }
     }
     free(exec);
@@ -620,8 +484,8 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
         }
         int last = r <= 0 || (used == 0 && have == half);
         if (out_len || last) {
-            uint32_t head[2] = {seq, last ? 1u : 0u};
-            s_write_record(fd, SR_MAPS, head, 8, out, out_len);
+            s_maps_head head = {seq, last ? 1u : 0u};
+            s_write_record(fd, SR_MAPS, &head, sizeof head, out, out_len);
         }
         memmove(buf, buf + used, have - used);
         have -= used;
@@ -684,8 +548,9 @@ static sthread *s_new_state_locked(uint32_t tid)
     memset(&st->cache, 0, sizeof st->cache);
     char name[32];
     size_t n = s_thread_name(tid, name, sizeof name);
-    unsigned char *p = n ? s_record(SR_THREAD, 8 + n) : NULL;
-    if (p) { uint32_t head[2] = {tid, 0}; memcpy(p, head, 8); memcpy(p + 8, name, n); }
+    s_thread_head head = {tid, 0};
+    unsigned char *p = n ? s_record(SR_THREAD, sizeof head + n) : NULL;
+    if (p) { memcpy(p, &head, sizeof head); memcpy(p + sizeof head, name, n); }
     return st;
 }
 
@@ -1026,7 +891,7 @@ static void s_scan_locked(void)
 typedef struct s_stack_slot { uint64_t hash; uint64_t offset; uint32_t id, length; } s_stack_slot;
 static s_stack_slot *s_stacks;           /* open addressing, by hash */
 static size_t s_stacks_cap, s_stacks_len;
-static uint64_t *s_frames;               /* each stack: n_native << 16 | n_py, then the frames */
+static uint64_t *s_frames;               /* each stack: n_native << S_STACK_NATIVE_SHIFT | n_py, then the frames */
 static size_t s_frames_len, s_frames_cap;
 static uint32_t s_next_stack = 1;
 #define S_FRAMES_LIMIT (16u << 20)       /* words kept for comparing; past it the table starts over */
@@ -1056,7 +921,7 @@ static uint32_t s_stack_id(const s_sample *s)
 {
     uint64_t key[1 + S_MAX_NATIVE + S_MAX_PY];
     size_t len = 1 + s->n_native + s->n_py;
-    key[0] = (uint64_t)s->n_native << 16 | s->n_py;
+    key[0] = (uint64_t)s->n_native << S_STACK_NATIVE_SHIFT | s->n_py;
     memcpy(key + 1, s->native, s->n_native * 8u);
     memcpy(key + 1 + s->n_native, s->py, s->n_py * 8u);
     uint64_t h = s_hash_words(key, len);
@@ -1087,16 +952,16 @@ static uint32_t s_stack_id(const s_sample *s)
         s_frames = frames;
         s_frames_cap = cap;
     }
-    unsigned char *p = s_record(SR_STACK, 8 + (len - 1) * 8);
+    unsigned char *p = s_record(SR_STACK, sizeof(s_stack_head) + (len - 1) * 8);
     if (!p) return 0;
     uint32_t id = s_next_stack++;
     memcpy(s_frames + s_frames_len, key, len * 8);
     s_stacks[j] = (s_stack_slot){h, s_frames_len, id, (uint32_t)len};
     s_frames_len += len;
     s_stacks_len++;
-    uint32_t head[2] = {id, (uint32_t)key[0]};
-    memcpy(p, head, 8);
-    memcpy(p + 8, key + 1, (len - 1) * 8);
+    s_stack_head head = {id, (uint32_t)key[0]};
+    memcpy(p, &head, sizeof head);
+    memcpy(p + sizeof head, key + 1, (len - 1) * 8);
     return id;
 }
 
@@ -1119,11 +984,11 @@ static void s_codes_locked(void)
     pyframes_code c;
     for (uint32_t id = s_codes_written; id < next; id++) {
         if (s_code_done[id] || !pyframes_code_get(id, &c)) continue;
-        uint32_t head[6] = {id, (uint32_t)c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
+        s_code_head head = {id, c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
         size_t len = sizeof head + c.filename_len + c.qualname_len + c.linetable_len;
         unsigned char *p = s_record(SR_CODE, len);
         if (!p) return;
-        memcpy(p, head, sizeof head);
+        memcpy(p, &head, sizeof head);
         memcpy(p + sizeof head, c.filename, (size_t)c.filename_len + c.qualname_len + c.linetable_len);
         s_code_done[id] = 1;
         if (id == s_codes_written) s_codes_written++;
@@ -1158,13 +1023,12 @@ static void s_stats_locked(int all)
         uint64_t taken = atomic_load(&st->taken), dropped = atomic_load(&st->dropped);
         if (st->serial == 0 || (!all && taken + dropped == st->stats_written)) continue;
         if (taken + dropped == 0 && !all) continue;
-        struct { uint32_t tid, serial; uint64_t taken, dropped, handler_ticks; } r =
-            {st->tid, st->serial, taken, dropped, atomic_load(&st->handler_ticks)};
+        s_counts r = {st->tid, st->serial, taken, dropped, atomic_load(&st->handler_ticks)};
         unsigned char *p = s_record(SR_STATS, sizeof r);
         if (p) memcpy(p, &r, sizeof r);
         st->stats_written = taken + dropped;
         if (st->lost) {
-            struct { uint32_t tid, serial; uint64_t lost; } d = {st->tid, st->serial, st->lost};
+            s_lost d = {st->tid, st->serial, st->lost};
             if ((p = s_record(SR_LOST, sizeof d))) memcpy(p, &d, sizeof d);
         }
     }
@@ -1177,7 +1041,7 @@ static void s_drain_locked(int final)
     s_entry *batch = NULL;
     size_t n = 0, cap = 0;
     size_t before = s_out_len;                /* records already waiting (thread names, maps) */
-    struct { uint64_t ticks, mono; } clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
+    s_clock clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
     unsigned char *p = s_record(SR_CLOCK, sizeof clock_pair);
     if (p) memcpy(p, &clock_pair, sizeof clock_pair);
     size_t clock_only = s_out_len;
@@ -1360,34 +1224,22 @@ static void s_fork_child(void)
     if (s_mechanism != SM_NONE && !atomic_load(&g_exiting)) s_start_scanner();
 }
 
-/* collector_load: the variables. */
-static void sampler_load(void)
+void sampler_load(void)
 {
     unsigned long value;
     const char *hz = getenv("AUTOITT_SAMPLE_HZ");
-    if (hz && hz[0]) s_hz = env_number("AUTOITT_SAMPLE_HZ", &value) ? value : 1000;
+    if (hz && hz[0]) s_hz = env_number("AUTOITT_SAMPLE_HZ", &value) ? value : S_DEFAULT_HZ;
     if (s_hz > S_MAX_HZ) s_hz = S_MAX_HZ;
     if (s_hz) s_period_ns = 1000000000ull / s_hz;
     if (env_number("AUTOITT_SAMPLE_SIGNAL", &value) && value > 0 && value < 65) s_signal_wanted = (int)value;
     const char *mechanism = getenv("AUTOITT_SAMPLE_MECHANISM");
     if (mechanism && strcmp(mechanism, "timer") == 0) s_force = SM_TIMER;
     else if (mechanism && strcmp(mechanism, "perf") == 0) s_force = SM_PERF;
-    /* the own domains: names separated by commas */
-    const char *own = getenv("AUTOITT_OWN_DOMAINS");
-    if (!own || !own[0]) own = "autoitt.train";
-    for (const char *p = own; *p && g_own_names_n < OWN_DOMAINS_MAX;) {
-        size_t n = strcspn(p, ",");
-        if (n > 0 && n < sizeof g_own_names[0]) {
-            memcpy(g_own_names[g_own_names_n], p, n);
-            g_own_names[g_own_names_n++][n] = 0;
-        }
-        p += n + (p[n] == ',');
-    }
+    /* the own domains (AUTOITT_OWN_DOMAINS) are read by tasks_load */
     pthread_atfork(s_fork_prepare, s_fork_parent, s_fork_child); /* after the collector's: its lock is taken after ours */
 }
 
-/* The first ITT call (__itt_api_init): starts sampling this process, once. */
-static void sampler_start(void)
+void sampler_start(void)
 {
     static atomic_flag once = ATOMIC_FLAG_INIT;
     if (atomic_load(&g_exiting) || atomic_flag_test_and_set(&once)) return;
@@ -1466,7 +1318,7 @@ static void sampler_start(void)
 
 /* A dlclose is about to run (hooks.c): the map goes to the file first, so the reader can name what the
    samples saw in the library that goes away. */
-static void sampler_before_unload(void)
+void sampler_before_unload(void)
 {
     int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
@@ -1481,7 +1333,7 @@ static void sampler_before_unload(void)
 /* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine): sampled
    from its first instruction, not from the scanner's next listing (up to 50 ms later: short threads were
    missed).  Only when s_mutex is free: a thread never waits for the scanner. */
-static void sampler_thread_started(void)
+void sampler_thread_started(void)
 {
     int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
@@ -1508,15 +1360,14 @@ static void sampler_thread_started(void)
     pthread_setcancelstate(cancel, NULL);
 }
 
-/* A thread's first ITT event (collector.c's attach_thread): a thread that was running before sampling
-   started, or that the hooks did not see start, becomes ready to be sampled. */
-static void sampler_thread_attached(void)
+/* A thread that was running before sampling started, or that the hooks did not see start, becomes ready
+   to be sampled at its first ITT event. */
+void sampler_thread_attached(void)
 {
     if (s_started && h_key_ok) h_thread_ready();
 }
 
-/* A pause or detach: what the rings hold goes to the file now. */
-static void sampler_drain(void)
+void sampler_drain(void)
 {
     int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
@@ -1530,8 +1381,7 @@ static void sampler_drain(void)
     pthread_setcancelstate(cancel, NULL);
 }
 
-/* A normal exit: the events closed, the rest written with the map and the counts. */
-static void sampler_finish(void)
+void sampler_finish(void)
 {
     if (!s_started) return;
     int expected = 0;
@@ -1552,16 +1402,16 @@ static void sampler_finish(void)
     pthread_mutex_unlock(&s_mutex);
 }
 
-/* A fatal signal (collector.c's flush_on_fatal_signal): best effort, async-signal-safe. */
+/* A fatal signal: best effort, async-signal-safe (a static buffer). */
 static unsigned char s_fatal_buf[1u << 17];
 
-static void sampler_fatal(void)
+void sampler_fatal(void)
 {
     if (!s_started || atomic_load(&s_finished) || pthread_mutex_trylock(&s_mutex) != 0) return;
     int fd = s_fd;
     if (fd >= 0) {
         for (uint32_t i = 0; i < s_nthreads; i++) atomic_store(&atomic_load(&s_threads[i])->active, 0);
-        struct { uint64_t ticks, mono; } clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
+        s_clock clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};
         s_write_record(fd, SR_CLOCK, &clock_pair, sizeof clock_pair, NULL, 0);
         for (uint32_t i = 0; i < s_nthreads; i++) {
             sthread *st = atomic_load(&s_threads[i]);
@@ -1569,13 +1419,14 @@ static void sampler_fatal(void)
             for (; tail != head; tail++) {
                 const s_sample *s = &st->ring[tail % S_RING];
                 s_entry e = s_entry_of(st, s, 0);
-                uint32_t counts[2] = {(uint32_t)s->n_native << 16 | s->n_py, 0};
+                s_raw_tail counts = {(uint32_t)s->n_native << S_STACK_NATIVE_SHIFT | s->n_py, 0};
                 unsigned char *b = s_fatal_buf;
+                size_t at = sizeof e + sizeof counts;
                 memcpy(b, &e, sizeof e);
-                memcpy(b + sizeof e, counts, 8);
-                memcpy(b + sizeof e + 8, s->native, s->n_native * 8u);
-                memcpy(b + sizeof e + 8 + s->n_native * 8u, s->py, s->n_py * 8u);
-                s_write_record(fd, SR_RAW_SAMPLE, b, sizeof e + 8 + (s->n_native + s->n_py) * 8u, NULL, 0);
+                memcpy(b + sizeof e, &counts, sizeof counts);
+                memcpy(b + at, s->native, s->n_native * 8u);
+                memcpy(b + at + s->n_native * 8u, s->py, s->n_py * 8u);
+                s_write_record(fd, SR_RAW_SAMPLE, b, at + (s->n_native + s->n_py) * 8u, NULL, 0);
             }
             atomic_store(&st->tail, tail);
         }
@@ -1584,15 +1435,15 @@ static void sampler_fatal(void)
         pyframes_code c;
         for (uint32_t id = s_codes_written; s_code_done && id < next; id++) {
             if (s_code_done[id] || !pyframes_code_get(id, &c)) continue;
-            uint32_t head[6] = {id, (uint32_t)c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
-            s_write_record(fd, SR_CODE, head, sizeof head, c.filename, (size_t)c.filename_len + c.qualname_len + c.linetable_len);
+            s_code_head head = {id, c.firstlineno, c.filename_len, c.qualname_len, c.linetable_len, 0};
+            s_write_record(fd, SR_CODE, &head, sizeof head, c.filename, (size_t)c.filename_len + c.qualname_len + c.linetable_len);
             s_code_done[id] = 1;
         }
         for (uint32_t i = 0; i < s_nthreads; i++) {
             sthread *st = atomic_load(&s_threads[i]);
             if (!st->serial) continue;
-            struct { uint32_t tid, serial; uint64_t taken, dropped, handler_ticks; } r =
-                {st->tid, st->serial, atomic_load(&st->taken), atomic_load(&st->dropped), atomic_load(&st->handler_ticks)};
+            s_counts r = {st->tid, st->serial, atomic_load(&st->taken), atomic_load(&st->dropped),
+                          atomic_load(&st->handler_ticks)};
             s_write_record(fd, SR_STATS, &r, sizeof r, NULL, 0);
         }
         s_maps_in_signal(fd, (char *)s_fatal_buf, sizeof s_fatal_buf);

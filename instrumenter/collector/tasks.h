@@ -1,7 +1,7 @@
 /*
- * The sampler's hooks in collector.c (included there right after struct tbuf): each thread's stack of
- * open ITT tasks, kept in its trace buffer on the task begin/end hot path, and the domains of
- * autoitt's own markers, for the tasks a sample is attributed to (sampler.c).
+ * The task stack and the own domains (tasks.c): each thread's stack of open ITT tasks, kept in its trace
+ * buffer on the task begin/end hot path, and the domains of autoitt's own markers, for the tasks a
+ * sample is attributed to (sampler.c) and the counters per own task (counters.c).
  *
  * Cost on the hot path (collecting): one load and compare for the pause epoch, two 8-byte stores and
  * the depth, and one compare against the first own domain (a second one only when there are several
@@ -9,45 +9,74 @@
  * of line.  Paused, nothing: as in the trace, tasks begun or ended while paused are not seen, and a
  * pause forgets every thread's open tasks (g_task_epoch: each stack restarts empty at its thread's
  * next begin or end), since an end dropped while paused would otherwise leave its task open for good.
+ *
+ * The own domains: AUTOITT_OWN_DOMAINS (comma-separated, any number; default "autoitt.train"), read at
+ * load by tasks_load, which sizes the set of their domain objects then, once, before any thread
+ * records: at least two slots per name (a name gets at most one object: the collector's create functions
+ * return the same object for the same name), so that a search ends within a probe or two however many
+ * modules a project instruments.  No allocation after that, none in signal context.  Should the set
+ * ever hold half its slots (it cannot, short of an allocation failure making two objects of one name),
+ * a further domain is not counted as own and a note record says so, once.  The process's current own task (the
+ * innermost one open in the thread that last began or ended one) is for samples of threads that have
+ * none of their own (sampler.c).
+ *
+ * Signal context: the sampler's handler reads a thread's own task stack (task_depth, tasks[],
+ * task_epoch: written by that thread only, the entry before the depth behind a signal fence), the own
+ * domains' table (allocated at load, never freed or moved; slots filled once with an atomic
+ * compare-and-swap) through own_domain_slow, and the current own task (relaxed atomics).  Those reads
+ * must stay lock-free and allocation-free; nothing here may make the table move after load.
  */
+#ifndef AUTOITT_TASKS_H
+#define AUTOITT_TASKS_H
 
-/* sampler hook: the domains of autoitt's own markers (AUTOITT_OWN_DOMAINS, comma-separated, read by
-   sampler_load; default "autoitt.train"), as objects once created, and the process's current own task
-   (the innermost one open in the thread that last began or ended one), for samples of threads that
-   have none of their own (sampler.c) */
-#define OWN_DOMAINS_MAX 8
+#include <stdatomic.h>
+#include <stdint.h>
 
-/* counters.h (included right after this file): counters per own task */
-static void own_counters_begin(tbuf *t, uint32_t d);
-static void own_counters_end(tbuf *t, uint32_t d);
-static char g_own_names[OWN_DOMAINS_MAX][128];
-static int g_own_names_n;
-static _Atomic uint64_t g_own_domains[OWN_DOMAINS_MAX];  /* domain pointers; 0: not created yet */
-static _Atomic int g_own_many;              /* more than one own domain object */
-static _Atomic uint64_t g_own_current, g_own_current_domain;
-static _Atomic uint32_t g_task_epoch;       /* pauses so far */
+#include "common.h"
+#include "counters.h"
+#include "writer.h"
 
-static int own_domain_slow(uint64_t domain)
+#pragma GCC visibility push(hidden)
+
+extern _Atomic uint64_t g_own_first;        /* the first own domain object; 0: not created yet */
+extern _Atomic int g_own_many;              /* more than one own domain object */
+extern _Atomic uint64_t *g_own_domains;     /* the own domain objects, a hash set (0: free slot), set at load */
+extern uint64_t g_own_mask;                 /* its slots - 1 (a power of two, at least twice the names) */
+extern _Atomic uint64_t g_own_current, g_own_current_domain;
+extern _Atomic uint32_t g_task_epoch;       /* pauses so far */
+
+/* collector_load: the own domains' names, and their table. */
+void tasks_load(void);
+/* A domain was created (or met, from a static part): one of the own ones?  g_mutex held. */
+void note_own_domain(const void *domain, const char *name);
+/* A pause: every thread's open tasks are forgotten (their stacks restart empty), and so is the current
+   own task. */
+void forget_open_tasks(void);
+uint32_t task_stack_restart(tbuf *t, uint32_t epoch);
+void own_task_changed(tbuf *t);
+
+/* Where domain's search starts in the own domains' set. */
+static inline uint64_t own_slot(uint64_t domain) { return (domain * 0x9E3779B97F4A7C15ull >> 32) & g_own_mask; }
+
+/* Whether domain is one of the own domains (the handler too: lock-free reads of a table that never moves).
+   The set is at most half full, so a search ends at a free slot within a probe or two. */
+static inline int own_domain_slow(uint64_t domain)
 {
-    for (int i = 0; i < OWN_DOMAINS_MAX; i++)
-        if (domain && atomic_load_explicit(&g_own_domains[i], memory_order_relaxed) == domain) return 1;
-    return 0;
+    if (!domain || !g_own_domains) return 0;
+    for (uint64_t i = own_slot(domain);; i = (i + 1) & g_own_mask) {
+        uint64_t slot = atomic_load_explicit(&g_own_domains[i], memory_order_relaxed);
+        if (slot == domain) return 1;
+        if (!slot) return 0;
+    }
 }
 
 /* Whether domain is one of the own domains: one compare when there is one. */
 static inline int own_domain(uint64_t domain)
 {
-    if (LIKELY(domain != atomic_load_explicit(&g_own_domains[0], memory_order_relaxed))
+    if (LIKELY(domain != atomic_load_explicit(&g_own_first, memory_order_relaxed))
         && LIKELY(!atomic_load_explicit(&g_own_many, memory_order_relaxed)))
         return 0;
     return own_domain_slow(domain);
-}
-
-static __attribute__((noinline, cold)) uint32_t task_stack_restart(tbuf *t, uint32_t epoch)
-{
-    t->task_epoch = epoch;
-    t->task_depth = 0;
-    return 0;
 }
 
 static inline uint32_t task_depth_now(tbuf *t)
@@ -55,18 +84,6 @@ static inline uint32_t task_depth_now(tbuf *t)
     uint32_t epoch = atomic_load_explicit(&g_task_epoch, memory_order_relaxed);
     if (UNLIKELY(t->task_epoch != epoch)) return task_stack_restart(t, epoch);
     return t->task_depth;
-}
-
-/* The thread's innermost open own task is now the process's current one (begins and ends of own
-   tasks only: rare, kept out of the hot path's code). */
-static __attribute__((noinline, cold)) void own_task_changed(tbuf *t)
-{
-    uint64_t current = 0, domain = 0;
-    uint32_t d = t->task_depth;
-    for (uint32_t i = d < TASK_STACK ? d : TASK_STACK; i-- > 0;)
-        if (own_domain_slow(t->tasks[i].domain)) { current = t->tasks[i].name; domain = t->tasks[i].domain; break; }
-    atomic_store_explicit(&g_own_current_domain, domain, memory_order_relaxed);
-    atomic_store_explicit(&g_own_current, current, memory_order_relaxed);
 }
 
 static inline void task_push(tbuf *t, const void *domain, const void *name)
@@ -91,35 +108,6 @@ static inline void task_pop(tbuf *t, const void *domain)
     }
 }
 
-/* A pause: every thread's open tasks are forgotten (their stacks restart empty), and so is the current
-   own task. */
-static void forget_open_tasks(void)
-{
-    atomic_fetch_add(&g_task_epoch, 1);
-    atomic_store(&g_own_current, 0);
-}
+#pragma GCC visibility pop
 
-/* A domain was created (or met, from a static part): one of the own ones? */
-static void note_own_domain(const void *domain, const char *name)
-{
-    for (int i = 0; i < g_own_names_n; i++) {
-        if (strcmp(name, g_own_names[i]) != 0) continue;
-        for (int k = 0; k < OWN_DOMAINS_MAX; k++) {
-            uint64_t expected = 0;
-            if (atomic_compare_exchange_strong(&g_own_domains[k], &expected, (uint64_t)(uintptr_t)domain)) {
-                if (k > 0) atomic_store(&g_own_many, 1);
-                return;
-            }
-            if (expected == (uint64_t)(uintptr_t)domain) return;
-        }
-        return;
-    }
-}
-
-/* sampler hook: sampler.c (included at the end of this file) */
-static void sampler_load(void);
-static void sampler_start(void);
-static void sampler_drain(void);
-static void sampler_finish(void);
-static void sampler_fatal(void);
-static void sampler_thread_attached(void);
+#endif

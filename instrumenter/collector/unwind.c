@@ -1,35 +1,19 @@
 /*
- * The sampler's native stack walk (included by sampler.c, itself included by collector.c).
- *
- * An x86-64 .eh_frame unwinder that starts from the registers a signal handler gets in its
- * ucontext, for use inside that handler:
- *
- *  - the object containing a pc is found with glibc's _dl_find_object (glibc 2.35+; lock-free
- *    and async-signal-safe by design: it exists for unwinders), which gives the object's
- *    PT_GNU_EH_FRAME (.eh_frame_hdr) segment; its sorted table finds the FDE by binary search;
- *  - the CIE and FDE call-frame programs are run up to the pc (DW_CFA_*, with a small DWARF
- *    expression evaluator for DW_CFA_*expression: stack realignment and PLT entries use them);
- *  - only what walking needs is tracked: the CFA, the return address and rbp (for a caller
- *    frame every other register is unknown; the interrupted frame has all of them);
- *  - every memory read of the walk (saved registers, DW_OP_deref) is bounds-checked against
- *    [rsp, top of the interrupted thread's own stack) (bounds the thread gave itself, hooks.c),
- *    so a wrong rule or a garbage register ends the walk instead of faulting;
- *  - per thread, a cache maps a pc to its rule when the rule is the common simple kind (CFA =
- *    rsp|rbp + k, return address and rbp saved at CFA-relative slots), and another the FDEs of
- *    the functions it unwound (a cold search of libtorch_cpu.so's table costs 2-4 us in a VM);
- *    both are emptied after a library is unloaded (uw_generation, hooks.c's dlclose).
- *
- * Code without unwind information (JIT code: oneDNN's kernels, or anything _dl_find_object does
- * not know) ends a walk.  Then the walk looks for a way back into known code: it scans the
- * stack upwards from that frame for a word that is a return address into a loaded object (inside
- * a function an FDE covers, right after a call instruction) and resumes the
- * walk there as if that frame had just been returned to (rsp = the word's address + 8).  Such
- * a restart is a heuristic (a stale return address left in the JIT frame's stack space would
- * give wrong outer frames); samples that used it are flagged.
- *
- * libgcc's _Unwind_Backtrace was the other candidate: it must unwind through the handler and
- * the kernel's signal frame first, and it stops for good at the first frame without FDE.
+ * The sampler's native stack walk: an x86-64 .eh_frame unwinder for the sampling signal's handler.
+ * See unwind.h (what it does, and what it must never do in signal context).
  */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "unwind.h"
+#include "format.h"
+
+int (*uw_find_object)(void *pc, uw_dlfo *result);
+_Atomic long uw_readers;
 
 #define UW_NREGS 17            /* DWARF numbering: 0-15 the GPRs (6 rbp, 7 rsp), 16 the return address */
 #define UW_RBP 6
@@ -39,37 +23,12 @@
 #define UW_EXPR_STACK 16
 #define UW_SCAN_WORDS 4096     /* a restart scans at most 32 KiB of stack */
 #define UW_MAX_RESTARTS 2
-#define UW_CACHE 4096          /* per thread, direct mapped */
-
-/* glibc's struct dl_find_object (2.35), looked up with dlsym so the library loads on older glibc */
-typedef struct uw_dlfo {
-    unsigned long long flags;
-    void *map_start;
-    void *map_end;
-    void *link_map;
-    void *eh_frame;
-    unsigned long long reserved[7];
-} uw_dlfo;
-static int (*uw_find_object)(void *pc, uw_dlfo *result);
-
-static _Atomic long uw_readers;                /* handlers in a native walk (hooks.c's dlclose waits for 0) */
-
-typedef struct uw_cache_entry {
-    uintptr_t pc;              /* the lookup address (pc, or pc - 1 for a return address); 0: empty */
-    int32_t cfa_off;
-    int32_t ra_off;            /* return address at CFA + ra_off */
-    int32_t rbp_off;           /* rbp saved at CFA + rbp_off, when rbp_saved */
-    uint8_t cfa_reg;           /* UW_RSP or UW_RBP */
-    uint8_t rbp_saved;
-    uint8_t pad[2];
-} uw_cache_entry;
 
 typedef struct uw_regs {
     uint64_t r[UW_NREGS];
     uint32_t valid;            /* bit per register */
 } uw_regs;
 
-typedef struct uw_bounds { uintptr_t lo, hi; } uw_bounds;  /* readable stack: [lo, hi) */
 
 static inline int uw_read(const uw_bounds *b, uintptr_t addr, uint64_t *out)
 {
@@ -173,30 +132,6 @@ typedef struct uw_state {
     const uint8_t *cfa_ptr;
     uw_rule rbp, ra;           /* the rules walking needs; other registers are not tracked */
 } uw_state;
-
-typedef struct uw_cie {
-    uint64_t code_align;
-    int64_t data_align;
-    uint64_t ra_reg;
-    uint8_t fde_enc;
-    uint8_t signal;            /* 'S': a signal trampoline's frame */
-    uint8_t has_z;
-    const uint8_t *insns, *end;
-} uw_cie;
-
-/* The functions a thread unwound, with their FDE found and CIE parsed, by 64-byte piece of code
-   (direct mapped): a hot function is not searched for again (a cold search of libtorch_cpu.so's
-   2.7 MB table costs 2-4 us in a VM, mostly TLB and cache misses). */
-#define UW_FDE_CACHE 1024
-typedef struct uw_fde_entry {
-    uintptr_t begin, end;      /* the function's [begin, end); end 0: empty */
-    const uint8_t *insns, *insns_end;
-    uw_cie cie;
-} uw_fde_entry;
-typedef struct uw_thread_cache {
-    uw_cache_entry rules[UW_CACHE];
-    uw_fde_entry fdes[UW_FDE_CACHE];
-} uw_thread_cache;
 
 static int uw_parse_cie(const uint8_t *cie, uw_cie *out)
 {
@@ -483,8 +418,8 @@ static int uw_eval(const uint8_t *p, uint32_t len, const uw_regs *regs, const uw
 }
 
 /* The FDE covering pc in the object found by _dl_find_object, its CIE parsed. */
-static const uint8_t *uw_find_fde(uintptr_t pc, uw_cie *cie, uintptr_t *pc_begin, const uint8_t **insns,
-                                  const uint8_t **insns_end, uintptr_t *pc_end)
+const uint8_t *uw_find_fde(uintptr_t pc, uw_cie *cie, uintptr_t *pc_begin, const uint8_t **insns,
+                           const uint8_t **insns_end, uintptr_t *pc_end)
 {
     uw_dlfo dlfo;
     if (!uw_find_object || uw_find_object((void *)pc, &dlfo) != 0 || !dlfo.eh_frame) return NULL;
@@ -675,16 +610,10 @@ static int uw_restart(uw_regs *regs, const uw_bounds *b, uw_thread_cache *tc)
     return 0;
 }
 
-/* Flags of a walk (samplefile.py: "native walk" bits of a sample's flags). */
-#define UWF_TRUNCATED 1u       /* stopped at max frames */
-#define UWF_RESTARTED 2u       /* resumed after code without unwind information */
-#define UWF_NOINFO 4u          /* ended at code without unwind information */
-#define UWF_FAILED 8u          /* ended at a frame whose rule could not be applied */
-
 /* Walks the interrupted thread's stack: out[0] is the interrupted pc, out[i > 0] return addresses.
- * Returns the number of addresses; *flags gets UWF_*. */
-static int uw_backtrace(const ucontext_t *uc, const uw_bounds *b, uw_thread_cache *tc,
-                        uint64_t *out, int max, uint32_t *flags)
+ * Returns the number of addresses; *flags gets UWF_* (format.h). */
+int uw_backtrace(const ucontext_t *uc, const uw_bounds *b, uw_thread_cache *tc,
+                 uint64_t *out, int max, uint32_t *flags)
 {
     const greg_t *g = uc->uc_mcontext.gregs;
     uw_regs regs;
