@@ -10,9 +10,11 @@ import subprocess
 
 import pytest
 
-from instrumenter.builtin import aggregate, samplefile, tracefile
+from instrumenter.builtin.statistics import aggregate
+from instrumenter.builtin.samples import samplefile
+from instrumenter.builtin.trace import tracefile
 from instrumenter.collector import formats, library_path
-from instrumenter.options import DEFAULT_SAMPLE_HZ, MAX_SAMPLE_HZ
+from instrumenter.profile.options import DEFAULT_SAMPLE_HZ, MAX_SAMPLE_HZ
 from tests.conftest import ROOT
 
 C_SOURCES = sorted(p for p in (ROOT / "instrumenter").rglob("*") if p.suffix in (".c", ".h"))
