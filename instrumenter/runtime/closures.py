@@ -68,9 +68,9 @@ def install() -> bool:
 
 
 def around_module() -> Any:
-    """``instrumenter.runtime._around`` (the wrappers that leave no frame: ``Around``, ``Rebound``), loaded from this
-    module's folder by path: in a copy's process the runtime is the launcher's ``_autoitt`` package, not
-    ``instrumenter``, and the extension is found beside this file whatever the package is called."""
+    """``instrumenter.runtime._around`` (the wrappers that leave no frame: ``Around``, ``Rebound``), loaded from
+    this module's folder by path: in a copy's process the runtime is the launcher's ``_autoitt`` package, not
+    ``instrumenter.runtime``, and the extension is found beside this file whatever the package is called."""
     name = f"{__package__}._around" if __package__ else "_around"
     module = sys.modules.get(name)
     if module is None:
