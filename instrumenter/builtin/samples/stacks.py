@@ -25,7 +25,7 @@ from .samplefile import SampleFile
 from .symbols import Symbolizer
 
 #: autoitt's own Python: the launcher and the copies' runtime.
-_OWN = str(Path(__file__).resolve().parent.parent) + os.sep
+_OWN = str(Path(__file__).resolve().parents[2]) + os.sep  # instrumenter/ (this file: builtin/samples/)
 _LAUNCHER = _OWN + "launch" + os.sep
 #: What profiling costs, as one frame: where a stack enters it, the frames it calls are folded into it.
 AUTOITT = Frame(function="[profiling: markers, ITT, collector]", library="autoitt")
