@@ -6,7 +6,7 @@ name, as an instrumented copy's step loop does, and reports the growth of the
 process's peak RSS per million steps:
 
   ittapi.compat       ``itt.task_begin(domain, "step")`` as the recipe writes it
-  Collection          the same call through the copy's runtime (instrumenter.collection)
+  Collection          the same call through the copy's runtime (instrumenter.runtime.collection)
 
 With and without autoitt's collector attached (started paused, as under
 ``autoitt profile``, so the trace file stays small). ``ittapi.compat`` makes
@@ -28,7 +28,7 @@ import tempfile
 CHILD = """
 import resource, sys
 import ittapi.compat as itt
-from instrumenter.collection import Collection
+from instrumenter.runtime.collection import Collection
 steps, runtime = int(sys.argv[1]), sys.argv[2]
 marker = Collection(itt) if runtime == "Collection" else itt
 domain = marker.domain_create("bench")

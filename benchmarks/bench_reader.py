@@ -37,11 +37,11 @@ from tests.trace_writer import TraceWriter, steps_with_operators  # noqa: E402
 
 #: What the rewrite would have saved for a script ``train.py`` whose steps are ``step`` tasks on autoitt.train.
 INSTRUMENTATION = """
-from instrumenter.instrumentation import Instrumentation
+from instrumenter.profile.instrumentation import Instrumentation
 instrumentation = Instrumentation.from_json({"format": 1, "script": "train.py", "start_paused": False, "files": [{
     "path": "train.py", "relative": "train.py", "module": None, "runs": "train_itt.py",
     "outcome": "instrumented", "domain": "autoitt.train", "own_domains": [], "step_labels": ["step"],
-    "runtime": ["instrumenter.collection"], "sha256": "", "regions": [],
+    "runtime": ["instrumenter.runtime.collection"], "sha256": "", "regions": [],
     "line_map": {"copy_lines": 1, "original_lines": 1, "inserted": []}}]})
 """
 
@@ -49,8 +49,8 @@ READ = INSTRUMENTATION + """
 import sys, time
 from pathlib import Path
 from instrumenter.builtin import BuiltinBackend
-from instrumenter.read_context import ReadContext
-from instrumenter.results import RunRecord
+from instrumenter.profile.read_context import ReadContext
+from instrumenter.profile.results import RunRecord
 folder = Path(sys.argv[1])
 record = RunRecord(script="train.py", copy="train_itt.py", args=[], backend="builtin", command=[], elapsed_s=1.0)
 started = time.perf_counter()

@@ -46,7 +46,7 @@ from typing import Dict, List, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from instrumenter.builtin.samplefile import read_sample_dir  # noqa: E402
+from instrumenter.builtin.samples.samplefile import read_sample_dir  # noqa: E402
 from instrumenter.collector import environment  # noqa: E402
 
 TRAIN = r"""

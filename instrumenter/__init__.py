@@ -1,6 +1,8 @@
-"""autoitt's command line and everything around a rewrite: files, diffs, reports.
+"""autoitt's command line and everything around a rewrite, in rooms by job (the README's Layout): ``cli/``,
+``builtin/`` and ``vtune/``, ``profile/``, ``sources/``, ``launch/``, ``collector/``, ``runtime/``.
 
-Kept import-light: instrumented copies import :mod:`instrumenter.collection` (or
+Kept import-light: instrumented copies import :mod:`instrumenter.runtime.collection` (or
+:mod:`instrumenter.runtime.window`; earlier copies the same modules as :mod:`instrumenter.collection`,
 :mod:`instrumenter.window`), and so this package.
 """
 

@@ -1,13 +1,13 @@
-"""A run's :class:`~instrumenter.read_context.ReadContext` for the readers' tests, built as ``autoitt report``
+"""A run's :class:`~instrumenter.profile.read_context.ReadContext` for the readers' tests, built as ``autoitt report``
 builds one: from the two records of a result folder (here made in memory, not read from files)."""
 
 from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence
 
-from instrumenter.instrumentation import FileRecord, Instrumentation
-from instrumenter.read_context import ReadContext
-from instrumenter.results import RunRecord
+from instrumenter.profile.instrumentation import FileRecord, Instrumentation
+from instrumenter.profile.read_context import ReadContext
+from instrumenter.profile.results import RunRecord
 from transforms import LineMap, RegionTasks
 
 

@@ -30,7 +30,7 @@ class Recorder:
         real["task_begin"] = ittapi.native.task_begin
 
         def task_begin(domain, handle):
-            # A copy's runtime begins tasks with string handles it made once (instrumenter.collection).
+            # A copy's runtime begins tasks with string handles it made once (instrumenter.runtime.collection).
             name = str(handle)
             self.calls.append(("begin", name))
             if not self.collecting:
@@ -98,7 +98,7 @@ class Recorder:
 
 
 class StandInItt:
-    """Stands in for a copy's ``itt`` where a test calls the runtime itself (``instrumenter.libraries.attach``):
+    """Stands in for a copy's ``itt`` where a test calls the runtime itself (``instrumenter.runtime.libraries.attach``):
     records task begins (with their names) and ends, and nothing reaches ittapi."""
 
     def __init__(self) -> None:

@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumenter.builtin.aggregate import PERCENTILE_ERROR, aggregate
-from instrumenter.builtin.intervals import Keep
-from instrumenter.builtin.scan import scan_trace_dir, scan_trace_file
+from instrumenter.builtin.statistics.aggregate import PERCENTILE_ERROR, aggregate
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.trace.scan import scan_trace_dir, scan_trace_file
 from tests.trace_writer import TraceWriter, event_scans, steps_with_operators, write_events
 from tests.contexts import read_context
 
@@ -70,8 +70,8 @@ def reference(threads: Dict[int, List[Tuple]]) -> Dict[str, list]:
 
 def blocks_of(threads, cuts):
     """The threads' records as the scanner would give them, cut into blocks at ``cuts`` (fractions)."""
-    from instrumenter.builtin.events import Event
-    from instrumenter.builtin.tracefile import ProcessTrace
+    from instrumenter.builtin.trace.events import Event
+    from instrumenter.builtin.trace.tracefile import ProcessTrace
 
     trace = ProcessTrace(path=Path("itt-1.bin"), pid=1, ppid=0, start_ns=0, wall_start_ns=0,
                          events=[Event(kind, 1, tid, ts, domain, name)
@@ -154,7 +154,7 @@ OPEN_COLLECTIVE = [("begin", 45, "PyTorch", "gloo:all_reduce")]
 
 
 def test_a_collective_still_running_on_a_framework_thread_at_exit_is_not_a_task_that_never_ended(tmp_path):
-    from instrumenter.builtin.taskstats import summarize
+    from instrumenter.builtin.statistics.taskstats import summarize
 
     write_events(tmp_path / "itt-100.bin", {100: STEPS, 101: OPEN_COLLECTIVE})
     found = aggregate(scan_trace_dir(tmp_path)[0], [DOMAIN], Keep())
@@ -165,7 +165,7 @@ def test_a_collective_still_running_on_a_framework_thread_at_exit_is_not_a_task_
 
 
 def test_a_task_open_at_exit_on_the_main_thread_never_ended(tmp_path):
-    from instrumenter.builtin.taskstats import summarize
+    from instrumenter.builtin.statistics.taskstats import summarize
 
     # the main thread's own step left open, and a collective it began itself
     write_events(tmp_path / "itt-100.bin", {100: [*STEPS, *OPEN_COLLECTIVE, ("begin", 50, DOMAIN, "step")]})

@@ -1,9 +1,9 @@
-"""Calls wrapped by instrumenter._around (around.c), with no frame of their own.
+"""Calls wrapped by instrumenter.runtime._around (around.c), with no frame of their own.
 
-``Around``: between its markers; it makes an optimizer's closure a task (instrumenter/closures.py) without the
+``Around``: between its markers; it makes an optimizer's closure a task (instrumenter/runtime/closures.py) without the
 program seeing a wrapper: no frame in its stack or tracebacks, its result and exceptions unchanged, its
 attributes passed through. ``Rebound``: called with the arguments another function made; it joins autoitt's
-callback to a Keras fit's (instrumenter/libraries.py) with no frame of autoitt's under the fit.
+callback to a Keras fit's (instrumenter/runtime/libraries.py) with no frame of autoitt's under the fit.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import traceback
 
 import pytest
 
-from instrumenter._around import Around, Rebound
+from instrumenter.runtime._around import Around, Rebound
 
 
 def test_a_wrapped_call_runs_between_its_markers_and_returns_what_the_callable_returns():

@@ -123,8 +123,8 @@ def test_the_stack_inspect_traceback_and_faulthandler_show_is_the_one_python_sho
 def test_inside_the_exit_code_wrapper_vtune_runs_the_stack_is_still_the_scripts_own(tmp_path):
     """With AUTOITT_EXIT_DIR (the VTune backend) the body runs inside a ``with``: no frame, no line of its own."""
     from instrumenter import launch
-    from instrumenter.profiling import prepare
-    from instrumenter.project import load_project
+    from instrumenter.cli.profiling import prepare
+    from instrumenter.sources.project import load_project
     from transforms import Mode
 
     script, folder = _project(tmp_path) / "train.py", tmp_path / "out"
@@ -179,8 +179,8 @@ def test_the_exit_code_is_the_scripts(tmp_path, ending, code):
 def test_ctrl_c_ends_the_process_by_sigint_with_the_same_traceback(tmp_path, exit_dir):
     """Run as autoitt runs it; with AUTOITT_EXIT_DIR (VTune) the body runs inside the prologue's ``with``."""
     from instrumenter import launch
-    from instrumenter.profiling import prepare
-    from instrumenter.project import load_project
+    from instrumenter.cli.profiling import prepare
+    from instrumenter.sources.project import load_project
     from transforms import Mode
 
     script, folder = tmp_path / "stopped.py", tmp_path / "out"
@@ -249,8 +249,8 @@ def test_flags_that_skip_autoitts_sitecustomize_fail_saying_so(tmp_path, flag):
     """A launcher's interpreter flags that stop Python from importing the sitecustomize: exit 1 with autoitt's
     reason, never "can't open file" nor the script running uninstrumented."""
     from instrumenter import launch
-    from instrumenter.profiling import prepare
-    from instrumenter.project import load_project
+    from instrumenter.cli.profiling import prepare
+    from instrumenter.sources.project import load_project
     from transforms import Mode
 
     script, folder = tmp_path / "s.py", tmp_path / "out"

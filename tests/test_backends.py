@@ -11,7 +11,7 @@ import json
 import pytest
 
 from instrumenter.builtin import BuiltinBackend
-from instrumenter.profiling import BACKENDS, choose_backend, load
+from instrumenter.cli.profiling import BACKENDS, choose_backend, load
 from instrumenter.vtune import VTuneBackend
 from tests.conftest import ROOT
 from transforms import SourceError
@@ -72,6 +72,6 @@ def test_a_result_folder_of_an_earlier_autoitt_says_so(tmp_path):
 
 
 def test_the_command_line_offers_every_backend_and_auto():
-    from instrumenter.options import BACKENDS as CHOICES
+    from instrumenter.profile.options import BACKENDS as CHOICES
 
     assert set(CHOICES) == {"auto", *BACKENDS}

@@ -1,7 +1,7 @@
-"""An optimizer's closure becomes a task, and the program cannot tell (instrumenter/closures.py).
+"""An optimizer's closure becomes a task, and the program cannot tell (instrumenter/runtime/closures.py).
 
 The hook is tested in-process with real torch optimizers (its wrapper,
-instrumenter._around.Around, in tests/test_around.py): it is registered on one optimizer
+instrumenter.runtime._around.Around, in tests/test_around.py): it is registered on one optimizer
 (``register_step_pre_hook``, the same signature as the global hook the copies
 register), so the test process's torch is left as it was; the ITT calls go to
 a recorder. The last test runs a real script under ``autoitt profile`` and
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter import closures
+from instrumenter.runtime import closures
 from tests.test_profile import autoitt
 
 
@@ -125,7 +125,7 @@ def run_python(code):
 def test_the_hook_is_registered_once_per_process_and_only_where_the_script_imported_torch():
     assert run_python("""
 import sys
-from instrumenter import closures
+from instrumenter.runtime import closures
 print(closures.install(), "torch" in sys.modules)
 import torch.optim.optimizer as optimizer
 print(closures.install(), closures.install(), len(optimizer._global_optimizer_pre_hooks))

@@ -3,7 +3,7 @@
 Every test runs a Python subprocess with the environment from
 ``instrumenter.collector.environment`` (so the ITT static parts of ittapi,
 torch and TensorFlow load the collector built with the package) and reads what
-it wrote with ``instrumenter.builtin.tracefile``.
+it wrote with ``instrumenter.builtin.trace.tracefile``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from instrumenter.collector import environment, library_path
-from instrumenter.builtin.events import Event, read_trace_dir, read_trace_file
-from instrumenter.builtin.tracefile import ProcessTrace, TraceFormatError
+from instrumenter.builtin.trace.events import Event, read_trace_dir, read_trace_file
+from instrumenter.builtin.trace.tracefile import ProcessTrace, TraceFormatError
 from tests.cli_helpers import default_signals
 
 ITT_VARIABLES = ("INTEL_LIBITTNOTIFY64", "AUTOITT_TRACE_DIR", "AUTOITT_START_PAUSED")

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from instrumenter import collection
+from instrumenter.runtime import collection
 from tests.test_profile import autoitt
 from transforms import instrument_source
 

@@ -1,5 +1,5 @@
 """Counters per task: the process's CPU time, page faults, context switches and hardware counts while each
-of autoitt's own tasks ran (instrumenter/builtin/counters.py, the trace format's Counters).
+of autoitt's own tasks ran (instrumenter/builtin/statistics/counters.py, the trace format's Counters).
 
 Trace files written by hand (tests/trace_writer.py) with recorded counter
 values: this is how the hardware path is tested on a machine whose PMU cannot
@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from instrumenter.builtin.aggregate import aggregate
-from instrumenter.builtin.counters import counter_notes, task_counters
-from instrumenter.builtin.intervals import Keep
-from instrumenter.builtin.scan import scan_trace_dir
-from instrumenter.builtin.tracefile import (KIND_BEGIN, KIND_COUNTERS, KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE,
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.counters import counter_notes, task_counters
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.trace.scan import scan_trace_dir
+from instrumenter.builtin.trace.tracefile import (KIND_BEGIN, KIND_COUNTERS, KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE,
                                             KIND_HARDWARE2, KIND_NOTE, KIND_STRING_NAME, RECORD)
 from tests.trace_writer import TraceWriter, name_record
 

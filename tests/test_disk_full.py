@@ -3,7 +3,7 @@ autoitt's bug), lists only the files there are, leaves nothing half written, and
 steps than ran.
 
 A real full disk where the tests run as root (a small tmpfs mounted for the test), and failures injected at the
-one path results are written through (``instrumenter.results.save_outputs``) otherwise.
+one path results are written through (``instrumenter.profile.results.save_outputs``) otherwise.
 """
 
 from __future__ import annotations
@@ -61,16 +61,16 @@ def _listed(output: str) -> str:
 
 
 def test_results_that_cannot_be_written_exit_2_and_only_the_files_written_are_listed(work, monkeypatch):
-    import instrumenter.results
+    import instrumenter.profile.results
 
-    real = instrumenter.results.atomic_writer
+    real = instrumenter.profile.results.atomic_writer
 
     def full_for_some(path, mode_from=None):
         if path.name in ("trace.json", "steps.svg"):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, mode_from)
 
-    monkeypatch.setattr(instrumenter.results, "atomic_writer", full_for_some)
+    monkeypatch.setattr(instrumenter.profile.results, "atomic_writer", full_for_some)
     (work / "train.py").write_text(STEP_LOOP.format(steps=3))
     result = invoke("profile", "--backend", "builtin", "-r", "out", "train.py")
     assert result.exit_code == 2, result.output
@@ -82,7 +82,7 @@ def test_results_that_cannot_be_written_exit_2_and_only_the_files_written_are_li
 
 
 def test_a_report_of_a_folder_it_may_not_write_is_no_error_but_a_full_disk_is(work, monkeypatch):
-    import instrumenter.results
+    import instrumenter.profile.results
 
     (work / "train.py").write_text(STEP_LOOP.format(steps=3))
     assert invoke("profile", "--backend", "builtin", "-r", "out", "train.py").exit_code == 0
@@ -90,7 +90,7 @@ def test_a_report_of_a_folder_it_may_not_write_is_no_error_but_a_full_disk_is(wo
         def refused(path, mode_from=None):
             raise OSError(error, os.strerror(error))
 
-        monkeypatch.setattr(instrumenter.results, "atomic_writer", refused)
+        monkeypatch.setattr(instrumenter.profile.results, "atomic_writer", refused)
         result = invoke("report", "--recompute", "out")
         assert result.exit_code == code, (errno.errorcode[error], result.output)
         assert ("error: could not write" in result.stderr) == bool(code)
@@ -132,11 +132,11 @@ def test_a_trace_cut_short_shows_its_steps_of_at_least_those_that_began(tmp_path
 
     from rich.console import Console
 
-    from instrumenter.builtin.aggregate import aggregate
-    from instrumenter.builtin.intervals import Keep
-    from instrumenter.builtin.render import render
-    from instrumenter.builtin.scan import scan_trace_dir
-    from instrumenter.builtin.taskstats import cut_steps, summarize
+    from instrumenter.builtin.statistics.aggregate import aggregate
+    from instrumenter.builtin.statistics.intervals import Keep
+    from instrumenter.builtin.output.render import render
+    from instrumenter.builtin.trace.scan import scan_trace_dir
+    from instrumenter.builtin.statistics.taskstats import cut_steps, summarize
     from tests.trace_writer import TraceWriter
 
     domain = "autoitt.train"
@@ -161,10 +161,10 @@ def test_a_trace_cut_short_shows_its_steps_of_at_least_those_that_began(tmp_path
 
 
 def test_a_trace_read_to_its_end_says_nothing_of_a_cut(tmp_path):
-    from instrumenter.builtin.aggregate import aggregate
-    from instrumenter.builtin.intervals import Keep
-    from instrumenter.builtin.scan import scan_trace_dir
-    from instrumenter.builtin.taskstats import cut_steps, summarize
+    from instrumenter.builtin.statistics.aggregate import aggregate
+    from instrumenter.builtin.statistics.intervals import Keep
+    from instrumenter.builtin.trace.scan import scan_trace_dir
+    from instrumenter.builtin.statistics.taskstats import cut_steps, summarize
     from tests.trace_writer import write_events
 
     domain = "autoitt.train"

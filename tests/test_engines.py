@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from instrumenter import libraries
+from instrumenter.runtime import libraries
 from tests.conftest import SAMPLES
 from tests.itt_recorder import StandInItt
 from tests.test_profile import autoitt

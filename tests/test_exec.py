@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
-from instrumenter.builtin.samplefile import read_sample_dir
-from instrumenter.builtin.events import read_trace_dir
+from instrumenter.builtin.samples.samplefile import read_sample_dir
+from instrumenter.builtin.trace.events import read_trace_dir
 from tests.test_processes import _profile, _steps
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from instrumenter import files
+from instrumenter.sources import files
 from instrumenter.cli import cli
 from tests.cli_helpers import invoke, snapshot
 from tests.scripts import TORCH_TRAIN

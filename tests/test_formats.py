@@ -3,16 +3,20 @@ once, laid out alike by the C compiler and by Python, and the one the built libr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin import aggregate, samplefile, tracefile
-from instrumenter.collector import formats, library_path
-from instrumenter.options import DEFAULT_SAMPLE_HZ, MAX_SAMPLE_HZ
+from instrumenter.builtin.statistics import aggregate
+from instrumenter.builtin.samples import samplefile
+from instrumenter.builtin.trace import tracefile
+from instrumenter.collector import formats
+from instrumenter.profile.options import DEFAULT_SAMPLE_HZ, MAX_SAMPLE_HZ
 from tests.conftest import ROOT
 
 C_SOURCES = sorted(p for p in (ROOT / "instrumenter").rglob("*") if p.suffix in (".c", ".h"))
@@ -83,10 +87,10 @@ def test_a_copy_in_c_source_would_be_found():
     assert not _defines("K_BEGIN", "if (r->kind == K_BEGIN) return;")
 
 
-@pytest.mark.parametrize("library", ["_collector", "_pairing"])
+@pytest.mark.parametrize("library", ["instrumenter.collector._collector", "instrumenter.builtin.trace._pairing"])
 def test_each_built_library_was_built_from_this_contract(library):
     """A library built from another version of formats.py (a stale build) holds another digest."""
-    path = library_path().parent / library_path().name.replace("_collector", library)
+    path = Path(importlib.util.find_spec(library).origin)
     built_from_this = formats.digest().encode() in path.read_bytes()
     assert built_from_this, f"{path.name} was built from another formats.py: rebuild it (pip install -e .)"
 

@@ -42,6 +42,15 @@ def test_the_golden_copy_read_back_from_disk_strips_to_its_script(script):
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=script_id)
+def test_a_copy_made_before_the_runtime_had_its_own_package_still_strips_to_its_script(script):
+    # Earlier copies import the runtime as instrumenter.collection (instrumenter.window): still autoitt's header.
+    golden = GOLDEN / f"{script.stem}_itt.py"
+    earlier = golden.read_bytes().replace(b"from instrumenter.runtime.", b"from instrumenter.")
+    assert earlier != golden.read_bytes()
+    assert strip_markers(earlier, golden.name) == script.read_bytes()
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=script_id)
 def test_instrumenting_a_copy_again_changes_nothing(script):
     copy = _instrument(script).output
     again = instrument_source(copy, f"{script.stem}_itt.py")

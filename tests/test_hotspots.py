@@ -1,4 +1,4 @@
-"""Hotspots from samples (instrumenter/builtin/hotspots.py, sampling.py, stacks.py).
+"""Hotspots from samples (instrumenter/builtin/samples/hotspots.py, sampling.py, stacks.py).
 
 Samples built by hand, as a samples file gives them: what self and total
 time are, how samples are attributed to tasks and to time outside
@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from instrumenter.builtin import hotspots
-from instrumenter.builtin.hotspots import Frame
-from instrumenter.builtin.samplefile import F_INHERITED, F_PAUSED, Code, SampleFile
-from instrumenter.builtin.sampling import summarize_samples
-from instrumenter.builtin.stacks import Resolver
-from instrumenter.instrumentation import FileRecord, Instrumentation
+from instrumenter.builtin.samples import hotspots
+from instrumenter.builtin.samples.hotspots import Frame
+from instrumenter.builtin.samples.samplefile import F_INHERITED, F_PAUSED, Code, SampleFile
+from instrumenter.builtin.samples.sampling import summarize_samples
+from instrumenter.builtin.samples.stacks import Resolver
+from instrumenter.profile.instrumentation import FileRecord, Instrumentation
 from transforms import LineMap
 
 MAIN = Frame("main", "train.py", 10)
@@ -134,24 +134,24 @@ def test_project_files_are_named_as_the_project_names_them_and_libraries_from_th
 
 
 def test_autoitts_own_frames_are_hidden(tmp_path):
-    import instrumenter.collection
+    import instrumenter.runtime.collection
     import instrumenter.launch.__main__ as launcher
 
     resolver = Resolver(_instrumentation(tmp_path))
-    assert resolver.file_name(instrumenter.collection.__file__) is None
+    assert resolver.file_name(instrumenter.runtime.collection.__file__) is None
     assert resolver.file_name(launcher.__file__) is None
     assert resolver.file_name("<frozen runpy>") is None
 
 
 def test_profilings_own_code_is_one_frame_that_takes_what_it_calls_and_its_cost_is_counted(tmp_path):
-    import instrumenter.collection
-    from instrumenter.builtin.stacks import AUTOITT
+    import instrumenter.runtime.collection
+    from instrumenter.builtin.samples.stacks import AUTOITT
 
     rows = [([(1, 3), (2, 16)], 0, 201, 201)] * 6 + [([(1, 3), (2, 18), (4, 45), (5, 40)], 0, 201, 201)] * 2
     samples = _samples(tmp_path, rows)
     # the copy's marker on line 18 calls autoitt's runtime (collection.task_begin, which calls ittapi)
-    samples.codes[4] = Code(instrumenter.collection.__file__, "Collection.task_begin", 70, b"")
-    samples.codes[5] = Code(instrumenter.collection.__file__, "task_begin", 35, b"")
+    samples.codes[4] = Code(instrumenter.runtime.collection.__file__, "Collection.task_begin", 70, b"")
+    samples.codes[5] = Code(instrumenter.runtime.collection.__file__, "task_begin", 35, b"")
     stacks = Resolver(_instrumentation(tmp_path)).stacks(samples)
     assert sorted(stack[-1].function for stack in stacks) == [AUTOITT.function, "train_step"]
     found = summarize_samples([samples], NAMES, _instrumentation(tmp_path), ["autoitt.train"])
@@ -160,7 +160,7 @@ def test_profilings_own_code_is_one_frame_that_takes_what_it_calls_and_its_cost_
 
 
 def test_a_profiling_frame_that_calls_the_programs_python_is_a_way_through_not_a_cost():
-    from instrumenter.builtin.stacks import AUTOITT, _fold
+    from instrumenter.builtin.samples.stacks import AUTOITT, _fold
 
     wrapper = (None, True, False)  # the runtime's Python around a Keras fit
     user = (Frame("fit", "keras/trainer.py", 300), False, True)
@@ -171,11 +171,11 @@ def test_a_profiling_frame_that_calls_the_programs_python_is_a_way_through_not_a
 
 
 def test_native_profiling_code_is_autoitts_collector_ittapi_and_pytorchs_itt_path():
-    from instrumenter.builtin.samplefile import Mapping
-    from instrumenter.builtin.stacks import _native
-    from instrumenter.builtin.symbols import Symbolizer
+    from instrumenter.builtin.samples.samplefile import Mapping
+    from instrumenter.builtin.samples.stacks import _native
+    from instrumenter.builtin.samples.symbols import Symbolizer
 
-    symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, "/venv/instrumenter/_collector.cpython-311-x86_64-linux-gnu.so"),
+    symbols = Symbolizer([Mapping(0x1000, 0x2000, 0, "/venv/instrumenter/collector/_collector.cpython-311-x86_64-linux-gnu.so"),
                           Mapping(0x3000, 0x4000, 0, "/venv/site-packages/ittapi/native.cpython-311-x86_64-linux-gnu.so"),
                           Mapping(0x5000, 0x6000, 0, "/venv/site-packages/torch/lib/libtorch_cpu.so")])
     assert _native(symbols, 0x1010)[1] and _native(symbols, 0x3010)[1]
@@ -192,8 +192,8 @@ def test_the_steps_python_time_is_their_threads_samples_in_python_during_them(tm
 
 
 def test_a_sample_in_a_frameworks_native_code_or_jit_kernels_is_not_python():
-    from instrumenter.builtin.sampling import _in_python
-    from instrumenter.builtin.stacks import ANONYMOUS, AUTOITT
+    from instrumenter.builtin.samples.sampling import _in_python
+    from instrumenter.builtin.samples.stacks import ANONYMOUS, AUTOITT
 
     python_line = Frame("train", "train.py", 3, own=True)
     memcpy = Frame("__memcpy_avx_unaligned_erms", library="libc.so.6")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import textwrap
 
-from instrumenter.instrumentation import Instrumentation
-from instrumenter.profiling import prepare
-from instrumenter.project import load_project
+from instrumenter.profile.instrumentation import Instrumentation
+from instrumenter.cli.profiling import prepare
+from instrumenter.sources.project import load_project
 from transforms import Mode, RegionTasks
 
 SCRIPT = textwrap.dedent(

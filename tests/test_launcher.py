@@ -229,8 +229,8 @@ def test_ctrl_c_ends_the_run_by_sigint_as_python_does_showing_only_the_users_fra
     import signal
 
     from instrumenter import launch
-    from instrumenter.profiling import copy_path, prepare
-    from instrumenter.project import load_project
+    from instrumenter.cli.profiling import copy_path, prepare
+    from instrumenter.sources.project import load_project
     from transforms import Mode
 
     script, folder = tmp_path / "stopped.py", tmp_path / "out"

@@ -98,13 +98,19 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/launch/__main__.py": set(),  # loaded by path: nothing of autoitt's, not even relatively
     "instrumenter/launch/copies.py": set(),  # loaded by path by __main__.py
     "instrumenter/launch/site/sitecustomize.py": set(),
-    "instrumenter/collection.py": {"ittapi", "instrumenter.libraries", "instrumenter.closures"},
-    "instrumenter/window.py": {"ittapi", "instrumenter.collection", "instrumenter.libraries", "instrumenter.closures"},
+    "instrumenter/runtime/__init__.py": set(),
+    "instrumenter/runtime/collection.py": {"ittapi", "instrumenter.runtime.libraries", "instrumenter.runtime.closures"},
+    "instrumenter/runtime/window.py": {"ittapi", "instrumenter.runtime.collection", "instrumenter.runtime.libraries",
+                                       "instrumenter.runtime.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path
-    "instrumenter/closures.py": set(),
+    "instrumenter/runtime/closures.py": set(),
     # the frameworks it imports are named by the object's class (already imported), never by name here; the C
     # wrappers that leave no frame come through closures (relatively: _autoitt.closures in a copy's process)
-    "instrumenter/libraries.py": {"instrumenter.closures"},
+    "instrumenter/runtime/libraries.py": {"instrumenter.runtime.closures"},
+    # the names copies made before the runtime had its own package import: the runtime's modules themselves
+    "instrumenter/collection.py": {"instrumenter.runtime", "instrumenter.runtime.collection"},
+    "instrumenter/window.py": {"instrumenter.runtime", "instrumenter.runtime.window"},
+    "instrumenter/__init__.py": set(),
 }
 
 

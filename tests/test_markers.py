@@ -43,7 +43,7 @@ def test_the_emit_itt_context_is_recognised():
     "import ittapi.compat as itt", f"from {WINDOW_MODULE} import {WINDOW_CLASS}",
     f"from {RUNTIME_MODULE} import {RUNTIME_CLASS}", MARKERS.collection(),
     MARKERS.window(1, 2, ("step",)), MARKERS.domain_create("autoitt.train"),
-    "from instrumenter.collection import Collection as _autoitt_Collection",
+    "from instrumenter.runtime.collection import Collection as _autoitt_Collection",
     MARKERS.pt_region_create("_autoitt_pt_0", "step"),
 ])
 def test_every_header_statement_built_is_recognised_as_one(code):
@@ -69,6 +69,12 @@ def test_the_users_own_task_on_another_domain_is_a_marker_call_but_not_autoitts_
 @pytest.mark.parametrize("module, name", [(RUNTIME_MODULE, RUNTIME_CLASS), (WINDOW_MODULE, WINDOW_CLASS)])
 def test_the_runtime_the_vocabulary_names_exists(module, name):
     assert hasattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("module, runtime_module", [("instrumenter.collection", RUNTIME_MODULE),
+                                                    ("instrumenter.window", WINDOW_MODULE)])
+def test_the_names_earlier_copies_import_are_the_runtimes_modules_themselves(module, runtime_module):
+    assert importlib.import_module(module) is importlib.import_module(runtime_module)
 
 
 def test_a_name_the_script_uses_is_never_chosen():

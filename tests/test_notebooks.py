@@ -18,8 +18,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from instrumenter import ipython_syntax
-from instrumenter.instrumentation import Instrumentation
+from instrumenter.sources import ipython_syntax
+from instrumenter.profile.instrumentation import Instrumentation
 from instrumenter.vtune.csv_reports import FunctionRow
 from instrumenter.vtune.read import source_mapper
 from tests.cli_helpers import invoke, snapshot

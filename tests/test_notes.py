@@ -1,4 +1,4 @@
-"""The summary's notes (instrumenter/builtin/notes.py): each finding worth a look gets one sentence.
+"""The summary's notes (instrumenter/builtin/output/notes.py): each finding worth a look gets one sentence.
 
 Summaries built by hand, as the read stage gives them; one real run checks
 the primitive-cache note end to end.
@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from instrumenter.builtin.notes import notes
-from instrumenter.instrumentation import FileRecord, Instrumentation
-from instrumenter.builtin.summary import BuiltinSummary, StepStats, TaskStats
+from instrumenter.builtin.output.notes import notes
+from instrumenter.profile.instrumentation import FileRecord, Instrumentation
+from instrumenter.builtin.statistics.summary import BuiltinSummary, StepStats, TaskStats
 from tests.test_profile import autoitt
 from transforms import LineMap
 
@@ -99,7 +99,7 @@ def test_a_little_other_work_is_not_noted():
 
 
 def test_the_machines_other_work_is_its_busy_time_less_the_runs_and_autoitts():
-    from instrumenter.machine import Usage, during
+    from instrumenter.profile.machine import Usage, during
 
     found = during(Usage(machine_s=100.0, children_s=10.0, own_s=1.0), Usage(130.0, 25.0, 1.5), elapsed_s=20.0)
     assert found["run_cpu_s"] == 15.0 and found["other_cpu_s"] == 30.0 - 15.0 - 0.5 and found["elapsed_s"] == 20.0

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from instrumenter.cli import cli
-from instrumenter.options import find_launcher, script_launcher_at, under_launcher, vtune_launcher_problem
+from instrumenter.launch.launchers import find_launcher, script_launcher_at, under_launcher, vtune_launcher_problem
 from tests.conftest import SAMPLES
 from tests.scripts import TORCH_TRAIN
 from transforms import MAX_PT_REGIONS, Mode, Outcome, instrument_source, strip_markers

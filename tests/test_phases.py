@@ -1,7 +1,7 @@
 """Where a step's time goes: data, forward, backward, optimizer, communication, other operators, Python.
 
 Real PyTorch loops under emit_itt and the real collector; the phases come
-from the same pass as every other statistic (instrumenter/builtin/phases.py
+from the same pass as every other statistic (instrumenter/builtin/statistics/phases.py
 has the rules). Where the split of operator time matters (an optimizer's
 closure, DDP), it is checked against torch.profiler's on the same script
 (tests/torch_reference.py), within 10 points: the two profilers' own costs

@@ -8,10 +8,10 @@ from xml.etree import ElementTree
 
 import numpy as np
 
-from instrumenter.builtin.plot import MAX_EPOCH_MARKS, MAX_EVAL_MARKS, MAX_MARKS, MAX_PANELS, MAX_POINTS, \
+from instrumenter.builtin.output.plot import MAX_EPOCH_MARKS, MAX_EVAL_MARKS, MAX_MARKS, MAX_PANELS, MAX_POINTS, \
     step_time_svg
-from instrumenter.builtin.step_marks import StepMarks
-from instrumenter.builtin.summary import StepStats
+from instrumenter.builtin.statistics.step_marks import StepMarks
+from instrumenter.builtin.statistics.summary import StepStats
 
 SVG = "{http://www.w3.org/2000/svg}"
 

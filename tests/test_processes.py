@@ -395,7 +395,7 @@ def test_dataloader_workers_started_by_spawn_run_the_copies(tmp_path):
     workers = {int(name.split("-")[0]) for name in os.listdir(tmp_path / "seen")}
     assert len(workers) == 2  # both workers
     # sampled from their start, as a forked worker is: a spawned one makes no ITT call that would load the collector
-    from instrumenter.builtin.samplefile import read_sample_dir
+    from instrumenter.builtin.samples.samplefile import read_sample_dir
 
     assert workers <= {samples.pid for samples in read_sample_dir(tmp_path / "out" / "itt")}
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.aggregate import aggregate
-from instrumenter.builtin.intervals import Keep
-from instrumenter.builtin.events import read_trace_dir
-from instrumenter.builtin.scan import scan_trace_dir
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.trace.events import read_trace_dir
+from instrumenter.builtin.trace.scan import scan_trace_dir
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -371,7 +371,7 @@ def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch,
     """Someone else's (or a read-only) result folder: simulated, since root may write anywhere."""
     from click.testing import CliRunner
 
-    import instrumenter.results
+    import instrumenter.profile.results
     from instrumenter.cli import cli
 
     folder, summary, _ = torch_run
@@ -379,7 +379,7 @@ def test_report_works_on_a_result_folder_it_cannot_write(torch_run, monkeypatch,
     def refused(path, mode_from=None):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(instrumenter.results, "atomic_writer", refused)
+    monkeypatch.setattr(instrumenter.profile.results, "atomic_writer", refused)
     result = CliRunner().invoke(cli, ["report", "--json", "--recompute", str(folder)])
     assert result.exit_code == 0, result.output
     again = json.loads(result.stdout)

@@ -197,7 +197,7 @@ def test_a_disk_that_fills_during_the_run_still_gets_its_summary_and_exits_2(wor
     says the result folder is incomplete."""
     import errno
 
-    from instrumenter.results import RunRecord
+    from instrumenter.profile.results import RunRecord
 
     saves = []
     original = RunRecord.save

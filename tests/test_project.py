@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from instrumenter.cli import cli
-from instrumenter.project import load_project
-from instrumenter.window import CollectionWindow
+from instrumenter.sources.project import load_project
+from instrumenter.runtime.window import CollectionWindow
 from transforms import Mode
 
 ENTRY = textwrap.dedent(
@@ -146,7 +146,7 @@ def test_check_counts_changes_in_modules(tmp_path):
 
 
 def test_windows_of_several_files_count_steps_together(monkeypatch):
-    from instrumenter import window
+    from instrumenter.runtime import window
 
     monkeypatch.setattr(window, "_STATES", {})
 

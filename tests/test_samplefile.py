@@ -1,4 +1,4 @@
-"""The samples file reader (:mod:`instrumenter.builtin.samplefile`) against its own format documentation.
+"""The samples file reader (:mod:`instrumenter.builtin.samples.samplefile`) against its own format documentation.
 
 Files here are written by a small writer following the module docstring, record by record, so
 each test states one rule of the format; tests/test_sampling.py reads files the real collector
@@ -17,8 +17,8 @@ from typing import List, Sequence, Tuple
 
 import pytest
 
-from instrumenter.builtin import samplefile
-from instrumenter.builtin.samplefile import (Code, SampleFormatError, line_ranges, merge_frames, parse_maps,
+from instrumenter.builtin.samples import samplefile
+from instrumenter.builtin.samples.samplefile import (Code, SampleFormatError, line_ranges, merge_frames, parse_maps,
                                              read_sample_dir, read_sample_file)
 
 TID = 4242

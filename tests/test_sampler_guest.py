@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.samplefile import F_NO_STACK_MAP, read_sample_dir
+from instrumenter.builtin.samples.samplefile import F_NO_STACK_MAP, read_sample_dir
 from tests.test_collector import run_target, target_env
 from tests.test_crash_hunt import hunt
 from tests.test_sampling import BUSY, REFUSE, only_samples, python_leaves
@@ -226,7 +226,7 @@ def test_a_forked_child_samples_its_thread_without_the_parents_altstack_bookkeep
 
 def step_spans(folder: Path):
     """(pid, tid, begin ns, end ns) of every `step` task of autoitt's domain in a result folder's traces."""
-    from instrumenter.builtin.events import read_trace_dir
+    from instrumenter.builtin.trace.events import read_trace_dir
 
     spans = []
     for trace in read_trace_dir(folder / "itt").traces:

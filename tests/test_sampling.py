@@ -1,8 +1,8 @@
 """CPU-time stack sampling in the collector, end to end: real Python targets, the real collector, real files.
 
 Each test runs a script under the collector (``tests.test_collector``'s helpers) and reads the
-``samples-<pid>.bin`` it wrote with :mod:`instrumenter.builtin.samplefile` (format: its docstring),
-naming native frames with :mod:`instrumenter.builtin.symbols`.  Busy loops are pure Python
+``samples-<pid>.bin`` it wrote with :mod:`instrumenter.builtin.samples.samplefile` (format: its docstring),
+naming native frames with :mod:`instrumenter.builtin.samples.symbols`.  Busy loops are pure Python
 arithmetic: the samples count user-mode CPU time only, and a loop that asks for the time at each
 turn (``time.thread_time()`` is a system call) would spend most of it in the kernel.
 """
@@ -24,10 +24,10 @@ from typing import Dict
 import numpy as np
 import pytest
 
-from instrumenter.builtin.events import read_trace_dir
-from instrumenter.builtin.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, SampleFile,
+from instrumenter.builtin.trace.events import read_trace_dir
+from instrumenter.builtin.samples.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, SampleFile,
                                              read_sample_dir, read_sample_file)
-from instrumenter.builtin.symbols import Symbolizer
+from instrumenter.builtin.samples.symbols import Symbolizer
 from tests.conftest import ROOT
 from tests.cli_helpers import default_signals
 from tests.test_collector import only_trace, run_target, target_env
@@ -129,7 +129,7 @@ def test_a_busy_python_function_is_the_innermost_python_frame_with_its_file_and_
 
 def _collector_built_for_another_python():
     tag = f"cpython-{sys.version_info[0]}{sys.version_info[1]}-"
-    others = [p for p in (ROOT / "instrumenter").glob("_collector.cpython-*.so") if tag not in p.name]
+    others = [p for p in (ROOT / "instrumenter" / "collector").glob("_collector.cpython-*.so") if tag not in p.name]
     return others[0] if others else None
 
 
@@ -532,7 +532,7 @@ def test_an_uncaught_exception_leaves_a_complete_samples_file(tmp_path):
 
 def _always_paused(pid: int, ppid: int, ns, forked: bool = False) -> SampleFile:
     """A process's samples as its collector flags them when it never resumed collection itself."""
-    from instrumenter.builtin.samplefile import F_PAUSED
+    from instrumenter.builtin.samples.samplefile import F_PAUSED
 
     ns = np.array(ns, np.uint64)
     return SampleFile(path=Path(f"samples-{pid}.bin"), pid=pid, ppid=ppid, forked=forked, ns=ns,
@@ -540,7 +540,7 @@ def _always_paused(pid: int, ppid: int, ns, forked: bool = False) -> SampleFile:
 
 
 def test_a_spawned_workers_samples_are_collected_while_the_training_process_above_it_collects():
-    from instrumenter.builtin.sampling import _outside_collection
+    from instrumenter.builtin.samples.sampling import _outside_collection
 
     windows = {10: [(100, 200), (300, 400)]}
     worker = _always_paused(12, 11, [50, 150, 250, 350, 450])  # started by 11 (a spawned resource tracker, say)
@@ -549,7 +549,7 @@ def test_a_spawned_workers_samples_are_collected_while_the_training_process_abov
 
 
 def test_a_forked_worker_or_a_process_with_its_own_windows_keeps_its_own_flags():
-    from instrumenter.builtin.sampling import _outside_collection
+    from instrumenter.builtin.samples.sampling import _outside_collection
 
     windows = {10: [(100, 200)], 12: [(500, 600)]}
     assert _outside_collection(_always_paused(12, 10, [150]), windows, {12: 10}).tolist() == [True]

@@ -6,9 +6,9 @@ from typing import List, Tuple
 
 import numpy as np
 
-from instrumenter.builtin.intervals import Intervals
-from instrumenter.builtin.step_marks import mark_labels, step_marks
-from instrumenter.builtin.taskstats import step_stats
+from instrumenter.builtin.statistics.intervals import Intervals
+from instrumenter.builtin.statistics.step_marks import mark_labels, step_marks
+from instrumenter.builtin.statistics.taskstats import step_stats
 from tests.contexts import read_context
 from transforms import RegionTasks
 

@@ -1,4 +1,4 @@
-"""How a step loop's phases are measured from task instances (instrumenter/builtin/phases.py:measure).
+"""How a step loop's phases are measured from task instances (instrumenter/builtin/statistics/phases.py:measure).
 
 Synthetic instances, built as the pass keeps them: the rules for a step's
 children, the time between steps, TensorFlow's work on its own threads, and
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from instrumenter.builtin import phases
-from instrumenter.builtin.intervals import Intervals
+from instrumenter.builtin.statistics import phases
+from instrumenter.builtin.statistics.intervals import Intervals
 
 OWN = ("autoitt.train",)
 GROUPS = [("autoitt.train", "step_loop"), ("autoitt.train", "step"), ("PyTorch", "aten::conv2d"),
@@ -152,7 +152,7 @@ def test_shares_cover_the_steps_and_the_time_between_them(seed):
 
 
 def test_measuring_only_the_instances_near_the_chosen_steps_changes_nothing():
-    from instrumenter.builtin.taskstats import _near
+    from instrumenter.builtin.statistics.taskstats import _near
 
     rows, t = [], 0
     for i in range(100):

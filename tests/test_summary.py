@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from instrumenter.builtin.step_window import StepWindow
-from instrumenter.builtin.summary import BuiltinSummary, StepStats, TaskStats
-from instrumenter.read_context import ReadContext
-from instrumenter.summary import JSON_FIELDS, json_object
+from instrumenter.profile.step_window import StepWindow
+from instrumenter.builtin.statistics.summary import BuiltinSummary, StepStats, TaskStats
+from instrumenter.profile.read_context import ReadContext
+from instrumenter.profile.summary import JSON_FIELDS, json_object
 from instrumenter.vtune.collect import AnalysisRun
 from instrumenter.vtune.csv_reports import FunctionRow, Metric, ResultReport, TaskRow
 from instrumenter.vtune.summary import VTuneAnalysis, VTuneSummary

@@ -1,4 +1,4 @@
-"""Naming native addresses offline (:mod:`instrumenter.builtin.symbols`), checked on this very process:
+"""Naming native addresses offline (:mod:`instrumenter.builtin.samples.symbols`), checked on this very process:
 its own memory map and the addresses ctypes gives for functions it has loaded."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin.samplefile import Mapping, parse_maps
-from instrumenter.builtin.symbols import ElfSymbols, Symbolizer, demangle, elf_symbols
+from instrumenter.builtin.samples.samplefile import Mapping, parse_maps
+from instrumenter.builtin.samples.symbols import ElfSymbols, Symbolizer, demangle, elf_symbols
 
 
 def this_process() -> Symbolizer:
@@ -125,7 +125,7 @@ def stripped_library(tmp_path):
 
 def test_a_stripped_librarys_static_function_has_no_name_without_its_symbols(stripped_library, monkeypatch, tmp_path):
     library, _debug, start = stripped_library
-    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
+    monkeypatch.setattr("instrumenter.builtin.samples.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
     assert ElfSymbols(str(library)).lookup(start + 2) is None
 
 
@@ -134,7 +134,7 @@ def test_a_stripped_librarys_static_functions_are_named_from_its_minidebuginfo(s
     import lzma
 
     library, debug, start = stripped_library
-    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
+    monkeypatch.setattr("instrumenter.builtin.samples.symbols.DEBUG_DIRECTORY", str(tmp_path / "none"))
     (tmp_path / "mini.xz").write_bytes(lzma.compress(debug.read_bytes(), format=lzma.FORMAT_XZ))
     subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={tmp_path / 'mini.xz'}", str(library)], check=True)
     assert ElfSymbols(str(library)).lookup(start + 2) == ("hidden_work", start)
@@ -149,12 +149,12 @@ def test_a_stripped_librarys_static_functions_are_named_from_its_debug_file_by_b
     folder = tmp_path / "debug" / ".build-id" / build_id[:2]
     folder.mkdir(parents=True)
     debug.rename(folder / f"{build_id[2:]}.debug")
-    monkeypatch.setattr("instrumenter.builtin.symbols.DEBUG_DIRECTORY", str(tmp_path / "debug"))
+    monkeypatch.setattr("instrumenter.builtin.samples.symbols.DEBUG_DIRECTORY", str(tmp_path / "debug"))
     assert ElfSymbols(str(library)).lookup(start + 2) == ("hidden_work", start)
 
 
 def test_an_address_in_a_plt_stub_is_a_stub_whose_time_is_its_callers():
-    from instrumenter.builtin.stacks import _native
+    from instrumenter.builtin.samples.stacks import _native
 
     symbols = this_process()
     library = symbols.mapping(address(ctypes.pythonapi, "PyList_Append")).path

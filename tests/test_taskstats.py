@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from instrumenter.builtin.aggregate import aggregate
-from instrumenter.builtin.intervals import Keep
-from instrumenter.builtin.taskstats import summarize
-from instrumenter.builtin.events import Event
-from instrumenter.builtin.tracefile import ProcessTrace
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.statistics.taskstats import summarize
+from instrumenter.builtin.trace.events import Event
+from instrumenter.builtin.trace.tracefile import ProcessTrace
 from tests.trace_writer import event_scans
 from tests.contexts import read_context
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from instrumenter.builtin import timeline as timeline_module
-from instrumenter.builtin.aggregate import aggregate
-from instrumenter.builtin.timeline import StepWindow, keep_policy, timeline
-from instrumenter.builtin.events import Event
-from instrumenter.builtin.tracefile import ProcessTrace
+from instrumenter.builtin.statistics import timeline as timeline_module
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.timeline import StepWindow, keep_policy, timeline
+from instrumenter.builtin.trace.events import Event
+from instrumenter.builtin.trace.tracefile import ProcessTrace
 from tests.test_profile import autoitt
 from tests.trace_writer import event_scans
 from tests.contexts import read_context
@@ -147,7 +147,7 @@ def test_report_can_rewrite_the_timeline_for_another_window(tmp_path):
 
 def test_the_window_is_the_same_however_the_file_is_cut_into_blocks(tmp_path):
     """The window is found as the steps end: steps and their operators split across blocks change nothing."""
-    from instrumenter.builtin.scan import scan_trace_file
+    from instrumenter.builtin.trace.scan import scan_trace_file
     from tests.trace_writer import TraceWriter, steps_with_operators
 
     writer = TraceWriter(tmp_path / "itt-100.bin")

@@ -1,7 +1,7 @@
 """The collector's trace limit (``AUTOITT_TRACE_LIMIT``): the file stops growing, the statistics stay exact.
 
 Real collector, real ``ittapi`` static part; the statistics are the reader's
-(:func:`~instrumenter.builtin.aggregate.aggregate`) over what the file holds
+(:func:`~instrumenter.builtin.statistics.aggregate.aggregate`) over what the file holds
 and what the collector counted past the limit.
 """
 
@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
-from instrumenter.builtin.aggregate import aggregate
-from instrumenter.builtin.intervals import Keep
-from instrumenter.builtin.scan import scan_trace_dir
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.trace.scan import scan_trace_dir
 from tests.test_collector import run_target
 
 LIMIT = 300_000  # bytes: about 9000 records, a fifth of the run below

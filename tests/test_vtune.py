@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from instrumenter.launch import EXIT_DIR_VARIABLE
-from instrumenter.options import VTuneOptions, parse_analyses, split_args
-from instrumenter.profiling import prepare
-from instrumenter.project import load_project
+from instrumenter.profile.options import VTuneOptions, parse_analyses, split_args
+from instrumenter.cli.profiling import prepare
+from instrumenter.sources.project import load_project
 from instrumenter.vtune.collect import hints, result_dirs
 from instrumenter.vtune.commands import VTuneConfig, collect_command, report_command
 from instrumenter.vtune.csv_reports import (FunctionRow, ReportFormatError, error_lines, metric, parse_functions,
@@ -338,8 +338,8 @@ def test_functions_in_the_copy_are_shown_at_the_original_scripts_lines(tmp_path)
 def test_the_launcher_records_the_scripts_exit_code_per_process(tmp_path, body, code):
     """Run as autoitt runs it (the .pyc, in launch.environment), with AUTOITT_EXIT_DIR as VTune's backend sets it."""
     from instrumenter import launch
-    from instrumenter.profiling import prepare
-    from instrumenter.project import load_project
+    from instrumenter.cli.profiling import prepare
+    from instrumenter.sources.project import load_project
     from transforms import Mode
 
     script, folder = tmp_path / "s.py", tmp_path / "out"

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from instrumenter import window
-from instrumenter.window import CollectionWindow
+from instrumenter.runtime import window
+from instrumenter.runtime.window import CollectionWindow
 from tests.itt_recorder import Recorder
 from transforms import Mode, instrument_source
 
@@ -115,7 +115,7 @@ def test_window_warns_at_exit_when_it_never_opened(capsys):
 
 def test_window_copy_imports_the_window_runtime_and_keeps_marker_lines():
     output = instrument_source(SCRIPT.encode(), "window_script.py", Mode(skip_steps=2, steps=5)).output.decode()
-    assert "from instrumenter.window import CollectionWindow" in output
+    assert "from instrumenter.runtime.window import CollectionWindow" in output
     assert 'itt = _autoitt_CollectionWindow(itt, skip_steps=2, steps=5, step_tasks=("step",))' in output
     assert 'itt.task_begin(_autoitt_domain, "step")' in output
 

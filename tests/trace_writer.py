@@ -1,4 +1,4 @@
-"""Trace files in the collector's format (:mod:`instrumenter.builtin.tracefile`), written without a process.
+"""Trace files in the collector's format (:mod:`instrumenter.builtin.trace.tracefile`), written without a process.
 
 For the reader's tests and ``benchmarks/bench_reader.py``: names first, then
 each thread's records in chunks of at most 2048 records, as the collector's
@@ -14,10 +14,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from instrumenter.builtin.tracefile import (_CHUNK, _HEADER, CHUNK_MAGIC, FILE_MAGIC, FORMAT_VERSION, KIND_BEGIN,
+from instrumenter.builtin.trace.tracefile import (_CHUNK, _HEADER, CHUNK_MAGIC, FILE_MAGIC, FORMAT_VERSION, KIND_BEGIN,
                                             KIND_DETACH, KIND_DOMAIN_NAME, KIND_END, KIND_PAUSE, KIND_RESUME,
                                             KIND_STRING_NAME, RECORD, ProcessTrace)
-from instrumenter.builtin.scan import Scan
+from instrumenter.builtin.trace.scan import Scan
 
 CHUNK_RECORDS = 2048
 

@@ -53,7 +53,7 @@ class EngineBinding(NamedTuple):
     decides. ``made_by``: the call as a reason shows it (``create_supervised_trainer()``,
     ``Engine(train_step)``). ``process``: the process function's expression given to ``Engine``.
     ``line``: where it was made. ``callbacks``: autoitt can mark its epochs and steps at run time
-    (instrumenter.libraries), an ignite engine; else its ``run()`` is one task.
+    (instrumenter.runtime.libraries), an ignite engine; else its ``run()`` is one task.
     """
 
     role: Optional[str]

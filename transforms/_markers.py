@@ -8,7 +8,7 @@ below tell detection that a script is instrumented already. A copy looks
 like this, and like nothing else::
 
     import ittapi.compat as itt                       # ITT_MODULE, under a free name
-    from instrumenter.collection import Collection as _autoitt_Collection  # RUNTIME_MODULE (windowed:
+    from instrumenter.runtime.collection import Collection as _autoitt_Collection  # RUNTIME_MODULE (windowed:
                                                       # WINDOW_MODULE's CollectionWindow)
     # autoitt: instrumented copy of train.py; ...     # INSTRUMENTED_MARKER
     itt = _autoitt_Collection(itt)                    # (itt = _autoitt_CollectionWindow(itt, skip_steps=N, ...))
@@ -53,7 +53,7 @@ INSTRUMENTED_MARKER = "# autoitt: instrumented"
 #: The runtime a copy binds ``itt`` to (counted collection control, string handles made
 #: once), and the one a windowed copy (``--skip-steps``/``--steps``) uses instead: modules
 #: of autoitt's own package, so a copy needs autoitt installed where it runs.
-RUNTIME_PACKAGE = "instrumenter"
+RUNTIME_PACKAGE = "instrumenter.runtime"
 RUNTIME_MODULE = f"{RUNTIME_PACKAGE}.collection"
 RUNTIME_CLASS = "Collection"
 WINDOW_MODULE = f"{RUNTIME_PACKAGE}.window"
@@ -63,6 +63,9 @@ WINDOW_CLASS = "CollectionWindow"
 #: of the user's can shadow (``_autoitt`` names are autoitt's in every copy), while an ``instrumenter`` of the
 #: user's stays theirs.
 LAUNCHED_RUNTIME_PACKAGE = "_autoitt"
+#: The package copies made before the runtime had its own imported the same modules from (``instrumenter``
+#: keeps those names: ``instrumenter/runtime/collection.py``, ``window.py``); their runtime imports are still recognised.
+EARLIER_RUNTIME_PACKAGE = "instrumenter"
 #: The name the copy binds the runtime class to (numbered when the script uses it): never a
 #: name of the script's, such as ``Collection`` from ``typing``.
 RUNTIME_ALIASES = {RUNTIME_CLASS: "_autoitt_Collection", WINDOW_CLASS: "_autoitt_CollectionWindow"}
@@ -82,19 +85,19 @@ TORCH_RANGE_CALLS = ("range_push", "range_pop")
 #: ``<torch>.autograd.profiler.emit_itt()``: every PyTorch operator becomes an ITT task.
 EMIT_ITT = ("autograd", "profiler", "emit_itt")
 #: ``with <itt>.library(<object>, "<method>", <domain>[, "<role>"]):`` around a library call: the copy's
-#: runtime (instrumenter.libraries) has the library call back into epoch, step and eval tasks; the role
+#: runtime (instrumenter.runtime.libraries) has the library call back into epoch, step and eval tasks; the role
 #: (``train``/``eval``) is given where the method's name does not say it (an ignite engine's ``run``).
 LIBRARY_CALL = "library"
 #: The methods whose callbacks it covers (Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
 #: Hugging Face train/evaluate/predict): those that train, those that evaluate or predict (which
 #: detection also takes as eval calls), and the task name of the training ones' steps
-#: (instrumenter.libraries.STEP).
+#: (instrumenter.runtime.libraries.STEP).
 LIBRARY_TRAINING = ("fit", "train")
 LIBRARY_EVALUATION = ("evaluate", "validate", "test", "predict")
 LIBRARY_METHODS = LIBRARY_TRAINING + LIBRARY_EVALUATION
 LIBRARY_STEP = "step"
 #: A library call's region role -> the role its ``library(...)`` context is given, where the method's name
-#: does not say it (instrumenter.libraries.ROLES).
+#: does not say it (instrumenter.runtime.libraries.ROLES).
 LIBRARY_ROLES = {"train-call": "train", "eval": "eval"}
 
 
@@ -370,7 +373,7 @@ class MarkerMatcher:
 
 
 _RUNTIME_IMPORTS = tuple((package + module[len(RUNTIME_PACKAGE):], [name])
-                         for package in (RUNTIME_PACKAGE, LAUNCHED_RUNTIME_PACKAGE)
+                         for package in (RUNTIME_PACKAGE, LAUNCHED_RUNTIME_PACKAGE, EARLIER_RUNTIME_PACKAGE)
                          for module, name in ((RUNTIME_MODULE, RUNTIME_CLASS), (WINDOW_MODULE, WINDOW_CLASS)))
 
 

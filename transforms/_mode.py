@@ -24,7 +24,7 @@ class Mode:
     ``roles``: role overrides (step, epoch, eval, train-call, skip), keyed the same way.
     ``launched``: the copy runs under autoitt's launcher (``autoitt profile``), so it imports the runtime
     from the package the launcher provides (``_autoitt``), which no package of the user's can shadow;
-    otherwise from autoitt's installed ``instrumenter``.
+    otherwise from autoitt's installed ``instrumenter.runtime``.
 
     What differs between the files of one project (whether a file controls
     collection) is not an option: see :func:`transforms.instrument`.

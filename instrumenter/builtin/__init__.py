@@ -1,11 +1,11 @@
 """The built-in backend: autoitt's own ITT collector records every ITT task of the run; no VTune needed.
 
 run: the copy's command (:func:`instrumenter.launch.command`, in its environment) with the collector attached (:mod:`instrumenter.collector`),
-each process writing ``itt/itt-<pid>.bin`` (format: :mod:`.tracefile`);
-read: traces -> one streaming pass (:mod:`.aggregate`) -> statistics (:mod:`.taskstats`),
-the timeline's window (:mod:`.timeline`), ``trace.json`` (:mod:`.chrome_trace`), ``steps.svg``
-(:mod:`.plot`) and ``summary.json``;
-render: :mod:`.render`.
+each process writing ``itt/itt-<pid>.bin`` (format: :mod:`.trace.tracefile`);
+read: traces -> one streaming pass (:mod:`.statistics.aggregate`) -> statistics (:mod:`.statistics.taskstats`),
+the timeline's window (:mod:`.statistics.timeline`), ``trace.json`` (:mod:`.output.chrome_trace`), ``steps.svg``
+(:mod:`.output.plot`) and ``summary.json``;
+render: :mod:`.output.render`.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .. import target
-from ..backend import Backend, Finished, Job, Say
-from ..machine import Usage, during
-from ..console import readable
+from ..launch import target
+from ..profile.backend import Backend, Finished, Job, Say
+from ..profile.machine import Usage, during
+from ..profile.console import readable
 from .. import launch
-from ..instrumentation import FILE as INSTRUMENTATION_FILE
-from ..options import under_launcher
-from ..instrumentation import Instrumentation
-from ..results import RUN_FILE, autoitt_fault
-from .summary import BuiltinSummary
+from ..profile.instrumentation import FILE as INSTRUMENTATION_FILE
+from ..launch.launchers import under_launcher
+from ..profile.instrumentation import Instrumentation
+from ..profile.results import RUN_FILE, autoitt_fault
+from .statistics.summary import BuiltinSummary
 
 if TYPE_CHECKING:  # read_context imports this package's StepWindow
-    from ..read_context import ReadContext
+    from ..profile.read_context import ReadContext
 
 #: The collector's per-process files, inside the result folder.
 TRACE_SUBDIR = "itt"
@@ -66,19 +66,19 @@ class BuiltinBackend(Backend):
         """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
         trace.json, summary.json, steps.svg and hotspots.folded (when samples were taken) where the folder can be
         written: a read-only result folder is still summarized."""
-        from ..results import save_outputs, unwritten_warnings
-        from . import chrome_trace
-        from .aggregate import aggregate
-        from .plot import step_time_svg
-        from .step_marks import step_marks
-        from .ranks import rank_stats, stragglers
-        from .taskstats import cut_steps, run_split, summarize
-        from .counters import counter_notes, task_counters
-        from .samplefile import read_sample_dir
-        from .sampling import summarize_samples
-        from .scan import scan_trace_dir
-        from .timeline import keep_policy, timeline
-        from .phases import with_samples
+        from ..profile.results import save_outputs, unwritten_warnings
+        from .output import chrome_trace
+        from .statistics.aggregate import aggregate
+        from .output.plot import step_time_svg
+        from .statistics.step_marks import step_marks
+        from .statistics.ranks import rank_stats, stragglers
+        from .statistics.taskstats import cut_steps, run_split, summarize
+        from .statistics.counters import counter_notes, task_counters
+        from .samples.samplefile import read_sample_dir
+        from .samples.sampling import summarize_samples
+        from .trace.scan import scan_trace_dir
+        from .statistics.timeline import keep_policy, timeline
+        from .statistics.phases import with_samples
         from dataclasses import replace
 
         record, instrumentation, domains = context.record, context.instrumentation, context.domains
@@ -147,7 +147,7 @@ class BuiltinBackend(Backend):
 
     def render(self, summary: BuiltinSummary, console, *, script: str, result_dir: Path,
                instrumentation: Instrumentation, verbose: bool = False) -> None:
-        from .render import render
+        from .output.render import render
 
         render(summary, console, script=script, result_dir=result_dir, instrumentation=instrumentation,
                verbose=verbose)

@@ -1,11 +1,11 @@
 """autoitt's built-in ITT collector: where it is, and how to attach it to a program.
 
 The collector (the ``*.c`` files here, compiled by the package build into
-``instrumenter/_collector*.so``) is a shared library that Intel's ITT static
+``instrumenter/collector/_collector*.so``) is a shared library that Intel's ITT static
 parts load when ``INTEL_LIBITTNOTIFY64`` names it: the one in the ``ittapi``
 module, the one in ``libtorch_cpu.so`` (``emit_itt``), the one in TensorFlow's
 oneDNN.  It writes one binary trace per process, ``itt-<pid>.bin``, which
-:mod:`instrumenter.builtin.tracefile` reads (its docstring documents the format).
+:mod:`instrumenter.builtin.trace.tracefile` reads (its docstring documents the format).
 
 The variables must be in the target's environment when it starts: torch
 creates its ``PyTorch`` domain when it is imported, and with no collector
@@ -25,7 +25,7 @@ from typing import Dict, Optional, Sequence
 
 __all__ = ["CollectorMissing", "library_path", "environment"]
 
-_MODULE = "instrumenter._collector"
+_MODULE = "instrumenter.collector._collector"
 
 
 class CollectorMissing(RuntimeError):
@@ -41,7 +41,7 @@ def library_path() -> Path:
     origin = spec.origin if spec is not None else None
     if not origin or not Path(origin).is_file():
         raise CollectorMissing(
-            "autoitt's ITT collector library (instrumenter/_collector*.so) is missing: it is "
+            "autoitt's ITT collector library (instrumenter/collector/_collector*.so) is missing: it is "
             "compiled from instrumenter/collector/*.c when autoitt is installed, which "
             "needs a C compiler (gcc) and the Python development headers. Install them "
             "(Debian/Ubuntu: apt-get install gcc python3-dev) and reinstall autoitt "

@@ -4,13 +4,13 @@ limit and default they share, defined once, here.
 The collector's header ``format.h`` is generated from this module when the package is built
 (``setup.py`` loads this file by path and calls :func:`c_header`), with a ``_Static_assert`` for every
 struct's size and every field's offset, so a C compiler that lays a struct out otherwise than
-:attr:`Layout.struct` reads it fails the build. The readers (:mod:`instrumenter.builtin.tracefile`,
-:mod:`instrumenter.builtin.samplefile`, :mod:`instrumenter.builtin.aggregate`, :mod:`instrumenter.builtin.pairing`)
+:attr:`Layout.struct` reads it fails the build. The readers (:mod:`instrumenter.builtin.trace.tracefile`,
+:mod:`instrumenter.builtin.samples.samplefile`, :mod:`instrumenter.builtin.statistics.aggregate`, :mod:`instrumenter.builtin.trace.pairing`)
 and the options take their layouts and constants from here. Changing a field, a kind or a limit is one edit;
 ``tests/test_formats.py`` compiles the header and fails if the two sides disagree.
 
 What the formats *mean* is documented with their readers: the trace file in
-:mod:`instrumenter.builtin.tracefile`, the samples file in :mod:`instrumenter.builtin.samplefile`.
+:mod:`instrumenter.builtin.trace.tracefile`, the samples file in :mod:`instrumenter.builtin.samples.samplefile`.
 
 Standard library only, and no imports from the package: the build loads this file before the package exists.
 """
@@ -82,7 +82,7 @@ def _layout(c_name, doc, *fields: str) -> Layout:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The trace file, itt-<id>.bin (instrumenter/builtin/tracefile.py documents it)
+# The trace file, itt-<id>.bin (instrumenter/builtin/trace/tracefile.py documents it)
 
 TRACE_MAGIC = b"AITTRACE"
 TRACE_VERSION = 2
@@ -127,7 +127,7 @@ HIST_BUCKETS = int(math.log(2.0 ** 64) / math.log(HIST_RATIO)) + 2
 AGG_DEPTH = 256
 
 # --------------------------------------------------------------------------------------------------------------
-# The samples file, samples-<id>.bin (instrumenter/builtin/samplefile.py documents it)
+# The samples file, samples-<id>.bin (instrumenter/builtin/samples/samplefile.py documents it)
 
 SAMPLES_MAGIC = b"AITSAMPL"
 SAMPLES_VERSION = 2

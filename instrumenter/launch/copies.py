@@ -20,7 +20,7 @@ NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitec
                     "launcher that does not pass PYTHONPATH and the AUTOITT_ variables on to the script's process); "
                     "run the script's processes without those flags")
 #: The package the copies import autoitt's runtime from (transforms' LAUNCHED_RUNTIME_PACKAGE): autoitt's own
-#: ``instrumenter`` folder under a name of autoitt's (see _provide_runtime).
+#: runtime folder (``instrumenter/runtime``) under a name of autoitt's (see _provide_runtime).
 RUNTIME_PACKAGE = "_autoitt"
 
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
@@ -185,11 +185,11 @@ class _CopyFinder:
 
 def _provide_runtime() -> None:
     """autoitt's runtime as the package :data:`RUNTIME_PACKAGE`: a package module whose path is autoitt's own
-    ``instrumenter`` folder, so ``_autoitt.collection`` is that folder's ``collection.py``, imported when a copy
-    imports it (and its relative imports, ``.libraries``, stay inside ``_autoitt``). Neither the
+    runtime folder (``instrumenter/runtime``), so ``_autoitt.collection`` is that folder's ``collection.py``,
+    imported when a copy imports it (and its relative imports, ``.libraries``, stay inside ``_autoitt``). Neither the
     ``instrumenter`` package nor its ``__init__`` is imported: a package of the user's of that name stays
     theirs, and nothing of autoitt's runs before the copy asks for it."""
-    folder = os.path.dirname(_HERE)
+    folder = os.path.join(os.path.dirname(_HERE), "runtime")
     spec = importlib.machinery.ModuleSpec(RUNTIME_PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [folder]
     package = types.ModuleType(RUNTIME_PACKAGE, "autoitt's runtime, imported by the instrumented copies")

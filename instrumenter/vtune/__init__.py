@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..backend import Backend, Finished, Job, Say
-from ..instrumentation import Instrumentation
-from ..read_context import ReadContext
+from ..profile.backend import Backend, Finished, Job, Say
+from ..profile.instrumentation import Instrumentation
+from ..profile.read_context import ReadContext
 from .summary import VTuneSummary
 
 

@@ -42,10 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .. import target
-from ..files import atomic_write
+from ..launch import target
+from ..sources.files import atomic_write
 from .. import launch
-from ..instrumentation import FILE as INSTRUMENTATION_FILE
+from ..profile.instrumentation import FILE as INSTRUMENTATION_FILE
 from ..launch import EXIT_DIR_VARIABLE
 from .commands import REPORTS, VTuneConfig, collect_command, report_command
 from .csv_reports import error_lines, run_report, warning_lines

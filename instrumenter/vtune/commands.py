@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from ..options import ANALYSES, VTuneOptions, script_launcher_at, under_launcher
+from ..launch.launchers import script_launcher_at, under_launcher
+from ..profile.options import ANALYSES, VTuneOptions
 
 #: The delimiter passed to every report, and the character it stands for.
 CSV_DELIMITER = ("comma", ",")
@@ -96,7 +97,7 @@ def collect_command(config: VTuneConfig, analysis: str) -> List[str]:
     """``[launcher...] vtune -collect ... -- <the target: python, <stem>.autoitt.pyc, ARGS>``.
 
     Under torchrun (or ``accelerate launch``, ``deepspeed``), its "no python" flag is added
-    (:func:`~instrumenter.options.under_launcher`)
+    (:func:`~instrumenter.profile.options.under_launcher`)
     and each rank's vtune is started through :func:`per_rank`.
     """
     options = config.options

@@ -16,9 +16,9 @@ import shlex
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from ..instrumentation import Instrumentation, digest
-from ..read_context import ReadContext
-from ..results import autoitt_fault, save_outputs, unwritten_warnings
+from ..profile.instrumentation import Instrumentation, digest
+from ..profile.read_context import ReadContext
+from ..profile.results import autoitt_fault, save_outputs, unwritten_warnings
 from .collect import CSV_DIR, load, rank_of
 from .commands import REPORTS
 from .csv_reports import FunctionRow, read_result

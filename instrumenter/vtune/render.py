@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..console import collected_line, duration, literal, table
+from ..profile.console import collected_line, duration, literal, table
 from .summary import VTuneSummary
 
 _TOP = 12

@@ -1,7 +1,7 @@
 """The VTune backend's summary: per analysis, how it went and what each result folder's reports say.
 
 :class:`VTuneSummary` is the VTune backend's
-:class:`~instrumenter.summary.Summary`. Its JSON is the common
+:class:`~instrumenter.profile.summary.Summary`. Its JSON is the common
 ``summary.json`` object with its results under ``vtune`` (the built-in
 backend's statistics empty: CPU time per task is not the same kind of figure
 as wall time).
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import List
 
-from ..summary import Summary, json_object
+from ..profile.summary import Summary, json_object
 from .collect import AnalysisRun
 from .csv_reports import FunctionRow, Metric, ResultReport, TaskRow
 

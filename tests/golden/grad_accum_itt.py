@@ -7,7 +7,7 @@ optimizer update; the learning rate is decayed once per epoch by ``StepLR``.
 import torch
 import torch.nn as nn
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of grad_accum.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

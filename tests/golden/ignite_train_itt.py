@@ -15,7 +15,7 @@ from ignite.engine import Events, create_supervised_evaluator, create_supervised
 from ignite.metrics import Loss
 from torch.utils.data import DataLoader, TensorDataset
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of ignite_train.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

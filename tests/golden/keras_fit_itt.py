@@ -11,7 +11,7 @@ Usage:
 import numpy as np
 import tensorflow as tf
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of keras_fit.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

@@ -12,7 +12,7 @@ Usage:
 import numpy as np
 import tensorflow as tf
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of tf2_gradient_tape.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of torch_train.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

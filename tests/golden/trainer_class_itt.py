@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 import ittapi.compat as itt
-from instrumenter.collection import Collection as _autoitt_Collection
+from instrumenter.runtime.collection import Collection as _autoitt_Collection
 
 # autoitt: instrumented copy of trainer_class.py; the markers are the lines using itt and _autoitt_*
 itt = _autoitt_Collection(itt)

@@ -1,0 +1,83 @@
+"""The summary's notes: a sentence for each finding worth a look, from the summary and the instrumentation.
+
+Each note is computed from facts the summary already holds (the split of the
+run, the steps' warm-up and phases, the tasks recorded) and the regions the
+rewrite marked; nothing here reads a trace.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ...profile.console import duration
+from ...profile.instrumentation import Instrumentation
+from ..statistics.summary import BuiltinSummary
+
+#: A part of the run worth a note, as a share of it.
+LARGE_PART = 0.5
+#: oneDNN primitive creation in steady steps worth a note, as a share of the step (a cache hit costs ~1 µs).
+CREATION_SHARE = 0.05
+#: Other work on the machine worth a note: this many cores busy on average, and this share of the run's cores.
+CONTENTION_CORES = 0.5
+CONTENTION_SHARE = 0.25
+
+
+def contention_note(machine: Optional[dict], steps) -> List[str]:
+    """A sentence when other work took the machine's cores while the run ran: then slow steps, and a long
+    "warm-up", may be the wait for a core rather than the run."""
+    if not machine or machine.get("elapsed_s", 0) <= 0:
+        return []
+    cores = machine["other_cpu_s"] / machine["elapsed_s"]
+    if cores < CONTENTION_CORES or cores < CONTENTION_SHARE * machine["cpus"]:
+        return []
+    warm = [f"{step.warmup_steps} `{step.label}`" for step in steps if step.warmup_steps]
+    return [f"other work on this machine kept {cores:.1f} of its {machine['cpus']:.0f} cores busy on average while "
+            f"the run ran (the run's own processes: {machine['run_cpu_s'] / machine['elapsed_s']:.1f}): slow steps"
+            + (f", and the warm-up ({', '.join(warm)} steps)," if warm else "")
+            + " may be the wait for a core, not the run; profile on an idle machine to compare"]
+
+
+def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:
+    """A sentence for each large part of the run outside collection."""
+    if not split or not elapsed_s or elapsed_s <= 0:
+        return []
+    notes = []
+    if split["before_s"] / elapsed_s >= LARGE_PART:
+        notes.append(f"{split['before_s'] / elapsed_s:.0%} of the run is before training starts (start-up, "
+                     "imports, data preparation: not collected)")
+    if split["after_s"] / elapsed_s >= LARGE_PART / 2:
+        notes.append(f"{split['after_s'] / elapsed_s:.0%} of the run is after the last pause (a final "
+                     "evaluation, saving, shutdown: not collected)")
+    return notes
+
+
+def notes(summary: BuiltinSummary, instrumentation: Optional[Instrumentation]) -> List[str]:
+    """Every note for ``summary``, most telling first."""
+    found = contention_note(summary.machine, summary.steps) + split_notes(summary.run_split, summary.elapsed_s)
+    for step in summary.steps:
+        steady = step.steady_median_s or step.median_s
+        if steady and step.steady_creation_s >= CREATION_SHARE * steady:
+            found.append(f"oneDNN spends {duration(step.steady_creation_s)} of each steady `{step.label}` "
+                         f"({step.steady_creation_s / steady:.0%} of its median) creating primitives "
+                         f"({step.steady_creations} creations in {step.phase_steps} steps): its primitive cache "
+                         "misses, as when input shapes change from step to step; the dnnl::primitive::create "
+                         "tasks (--verbose, trace.json) show which")
+    if instrumentation is None:
+        return found
+    counted = {(task.domain, task.name): task.count for task in summary.tasks}
+    for file in instrumentation.files:
+        for region in file.regions:
+            if (region.get("role") == "eval" and summary.steps
+                    and not counted.get((file.domain, region.get("label")))):
+                found.append(f"the evaluation at {file.relative}:{region['line']} was not collected: it ran "
+                             "after the last pause (or not at all)")
+    uses_tensorflow = any("tensorflow" in file.frameworks for file in instrumentation.files)
+    if uses_tensorflow and (summary.sampling or {}).get("xla"):
+        found.append("TensorFlow ran XLA-compiled code (jit_compile): XLA's kernels record no ITT tasks, so there "
+                     "are no operator rows; the step's time in the framework is its compute phase (told from its "
+                     "Python by the samples), and the compiled kernels are `[JIT or anonymous code]` in the hotspots")
+    elif uses_tensorflow and not any(task.domain.startswith("dnnl::") for task in summary.tasks):
+        found.append("TensorFlow recorded no oneDNN tasks, so its operators and their phases are not shown: "
+                     "its oneDNN optimizations are off on this CPU or by setting; `TF_ENABLE_ONEDNN_OPTS=1 "
+                     "autoitt profile ...` turns them on")
+    return found

@@ -1,0 +1,430 @@
+"""The ``autoitt`` command line: options, help and exit codes over the modules that do the work.
+
+``instrument``/``strip``: :mod:`instrumenter.cli.copies`; ``loops``:
+:mod:`instrumenter.cli.listing`; ``profile``/``report``:
+:mod:`instrumenter.cli.profiling` and a backend. Each command counts its
+outcomes in a :class:`~instrumenter.cli.tally.Tally`, which chooses the exit code.
+Heavy imports (libcst, rich, the backends) happen inside the commands that
+need them, so ``autoitt --help`` starts quickly.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Tuple
+
+import click
+
+from .. import __version__
+from .diff import STYLES
+from .option_groups import (VTUNE_FLAGS, sample_rate_option, trace_limit_option, trace_steps_option, verbose_option,
+                          vtune_options)
+from ..profile.console import printable
+from ..profile.options import BACKENDS, BuiltinOptions, VTuneOptions
+from .tally import Tally
+
+_EPILOG = """\b
+Examples:
+  autoitt loops train.py              what would be marked, and why
+  autoitt instrument train.py --diff  preview the markers, write nothing
+  autoitt instrument train.py         write train_itt.py next to train.py
+  vtune -collect hotspots -start-paused -- python train_itt.py
+"""
+
+
+def _per_line(values: Sequence[str], metavar: str, example: str,
+              refused: Callable[[str], Optional[str]]) -> Tuple[Tuple[int, str], ...]:
+    """The (line, value) pairs of a repeatable ``LINE=VALUE`` option; ``refused`` says why a value is not
+    allowed, or ``None``."""
+    pairs = []
+    for given in values:
+        line, sep, value = given.partition("=")
+        value = value.strip()
+        if not sep or not line.strip().isdigit() or not value:
+            raise click.BadParameter(f"expected {metavar} (e.g. {example}), got {given!r}")
+        why = refused(value)
+        if why:
+            raise click.BadParameter(why)
+        pairs.append((int(line), value))
+    return tuple(pairs)
+
+
+def _name_refused(what: str, name: str) -> Optional[str]:
+    """Why an ITT name given on the command line (a label, a domain) is refused, or ``None``: it becomes a
+    task or domain of every trace, table and plot, so it is one line of visible text; no quotes or
+    backslashes, and no control character (newline, escape, DEL, C1, U+2028, a bidirectional override:
+    see :func:`~instrumenter.profile.console.printable`). The message shows the first such character escaped."""
+    bad = next((char for char in name if char in "\"\\" or printable(char) != char), None)
+    if bad is None:
+        return None
+    return (f"{what} cannot contain quotes, backslashes or control characters (newline, escape, ...): "
+            f"{printable(repr(bad))} in {printable(repr(name))}")
+
+
+def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: _name_refused("a label", name))
+
+
+def _parse_domain(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    why = _name_refused("a domain", value) if value is not None else None
+    if why:
+        raise click.BadParameter(why)
+    return value
+
+
+_label_option = click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="LINE=NAME",
+    callback=_parse_labels,
+    help="Name the task of the loop (or call) on LINE of the original script; repeatable.",
+)
+
+#: What ``--role`` may set: a region's role, or ``skip`` (as the ``# autoitt:`` comments do).
+_ROLE_CHOICES = ("step", "epoch", "eval", "train-call", "skip")
+
+
+def _parse_roles(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    return _per_line(values, "LINE=ROLE", "42=eval", lambda role: (
+        None if role in _ROLE_CHOICES else f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)}, "
+                                           f"got {role!r}"))
+
+
+_role_option = click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="LINE=ROLE",
+    callback=_parse_roles,
+    help="Set the role of the loop (or call) on LINE of the original script, as a '# autoitt: ROLE' comment "
+         "there would, without editing it: step, epoch, eval, train-call (a call that trains inside a library) "
+         "or skip; repeatable.",
+)
+
+
+def _mode_options(command):
+    """The options that decide what is inserted, shared by instrument and profile."""
+    for option in reversed([
+        click.option("--domain", metavar="NAME", callback=_parse_domain,
+                     help="ITT domain for the markers. Default: autoitt.<script stem>."),
+        click.option("--no-torch-ops", is_flag=True,
+                     help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks)."),
+        click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+                     help="Start collecting at step N+1 (steps counted across epochs), leaving warm-up out."),
+        click.option("--steps", type=click.IntRange(min=1), default=None, metavar="M",
+                     help="Collect M steps, then pause. Default: to the end of training."),
+        click.option("--pt-regions", is_flag=True,
+                     help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8)."),
+        _label_option,
+        _role_option,
+    ]):
+        command = option(command)
+    return command
+
+
+def _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles):
+    from transforms import Mode
+
+    return Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
+                pt_regions=pt_regions, labels=labels, roles=roles)
+
+
+@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="autoitt")
+def cli() -> None:
+    """Profile ML training with Intel VTune, without editing your script.
+
+    autoitt finds the training loops of an unmodified script (epochs, steps,
+    evaluation; PyTorch, TensorFlow 1 sessions, TF2/Keras, library fit()
+    calls) and writes an instrumented copy with Intel ITT markers:
+    itt.resume()/itt.pause() around training (for VTune's -start-paused),
+    one ITT task per loop and per iteration, and for PyTorch emit_itt() so
+    every operator is labelled. Your script is never modified.
+    """
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(),
+              help="Where to write the copy. Default: <stem>_itt.py next to SCRIPT. A folder (existing, or "
+                   "ending in /) receives every instrumented file: SCRIPT and the local modules it imports.")
+@click.option("--in-place", is_flag=True,
+              help="Rewrite SCRIPT itself (a backup is kept as SCRIPT.orig).")
+@click.option("--force", is_flag=True,
+              help="Replace an output file (or backup) that autoitt did not write.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print what would be inserted; write nothing.")
+@click.option("--diff-style", type=click.Choice(list(STYLES)), default="markers", show_default=True,
+              help="markers: indentation changes shown as context, so inserted lines stand out; "
+                   "unified: a strict diff that patch can apply.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if markers would be added, 0 if the script is already "
+                   "instrumented or has nothing to instrument.")
+@_mode_options
+@click.option("--color/--no-color", default=None, help="Colour the diff. Default: when printing to a terminal.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+def instrument(script: Path, output: Optional[str], in_place: bool, force: bool, show_diff: bool,
+               diff_style: str, check: bool, domain: Optional[str], no_torch_ops: bool, skip_steps: int,
+               steps: Optional[int], pt_regions: bool, labels: Tuple[Tuple[int, str], ...],
+               roles: Tuple[Tuple[int, str], ...], color: Optional[bool], quiet: bool) -> None:
+    """Write a copy of SCRIPT with ITT markers around its training loops.
+
+    The copy imports ittapi.compat (pip install ittapi), creates one ITT
+    domain, resumes collection right before training starts and pauses it
+    right after, and marks every epoch, step and eval loop and every
+    model.fit()-style call with ITT tasks that stay balanced on break,
+    continue, return and exceptions. Run the copy under
+    `vtune -collect hotspots -start-paused`, or with `autoitt profile`.
+
+    Loops are found by what they do (loss.backward(), optimizer.step(),
+    sess.run(train_op), apply_gradients, train_on_batch, ...). Override with a
+    comment on the loop's line: `# autoitt: skip`, or `# autoitt: step`,
+    `epoch`, `eval`. See what was found with `autoitt loops SCRIPT`.
+
+    Exit codes: 0 done (or nothing to do), 1 --check found changes,
+    2 bad usage or input, 123 internal error.
+    """
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and --output exclude each other")
+    # The command's objects (modules, trees) live until it ends, so the cyclic collector would only walk
+    # them again and again (some 10 ms of a 0.25 s run); the few hundred cyclic objects it leaves go
+    # with the process.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        from .copies import instrument as write_copies
+        from ..sources.files import WriteBack
+
+        mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles)
+        tally = Tally(check=check, quiet=quiet)
+        write_back = WriteBack.from_flags(check=check, diff=show_diff, in_place=in_place)
+        _run_guarded(tally, lambda: write_copies(tally, script, mode, write_back, output=output, in_place=in_place,
+                                                 force=force, diff_style=diff_style, color=color))
+    finally:
+        if collecting:  # called in-process (tests), the caller collects again
+            gc.enable()
+    sys.exit(int(tally.exit_code))
+
+
+#: The exit status of a command stopped by Ctrl-C, as a shell reports it.
+_INTERRUPTED = 128 + 2
+
+
+def _run_guarded(tally: Tally, action) -> None:
+    """Turn any unexpected exception into exit code 123 with a useful message."""
+    from transforms import RewriteError, SourceError
+
+    from ..sources.files import OutputError
+
+    try:
+        action()
+    except (SourceError, OutputError) as exc:
+        tally.input_error(str(exc))
+    except RewriteError as exc:
+        tally.internal_error(str(exc))
+    except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the contract is exit 123, never a bare traceback
+        import traceback
+
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
+        tally.internal_error(f"{type(exc).__name__}: {exc}\n{detail.rstrip()}")
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", '
+                   '"reason", "path"}; path is relative to SCRIPT\'s folder.')
+@_label_option
+@_role_option
+def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...]) -> None:
+    """List the training regions autoitt finds in SCRIPT (and the modules of its
+    own folder it imports), and why.
+
+    Roles: epoch (a loop around step loops, or over epochs), step (one
+    parameter update per iteration), eval (forward passes without updates),
+    train-call (one call that trains inside a library, e.g. model.fit).
+    Lines are those of SCRIPT as it is on disk. Writes nothing.
+    """
+    from .listing import show_loops
+
+    tally = Tally(quiet=as_json)
+    _run_guarded(tally, lambda: show_loops(script, as_json, dict(labels), dict(roles)))
+    sys.exit(int(tally.exit_code))
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("copy", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write the result here instead of printing it.")
+@click.option("--in-place", is_flag=True, help="Rewrite COPY itself (a backup is kept as COPY.orig).")
+@click.option("--force", is_flag=True, help="Replace an output file (or backup) that is in the way.")
+def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> None:
+    """Remove autoitt's markers from an instrumented COPY, and nothing else.
+
+    The result is the script as it was before `autoitt instrument`, byte for
+    byte (every rewrite is checked to undo this way before it is written).
+    Prints to stdout unless -o or --in-place is given. A copy whose markers
+    were edited by hand is refused (exit 2) rather than half stripped.
+    """
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and --output exclude each other")
+    from .copies import strip as write_original
+    from ..sources.files import WriteBack
+
+    tally = Tally()
+    write_back = WriteBack.IN_PLACE if in_place else WriteBack.WRITE if output is not None else WriteBack.STDOUT
+    _run_guarded(tally, lambda: write_original(tally, copy, write_back, output, force))
+    sys.exit(int(tally.exit_code))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=_EPILOG)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-r", "--result-dir", type=click.Path(path_type=Path),
+              help="Folder for the results (must be new or empty). Default: autoitt-results/<stem>-<n>/.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="auto: VTune when a vtune executable is found, else the built-in ITT collector.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON on stdout (the script's own output then goes to stderr).")
+@trace_steps_option
+@trace_limit_option
+@sample_rate_option
+@verbose_option
+@_mode_options
+@vtune_options
+def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
+            trace_steps, trace_limit: Optional[int], sample_rate: int, verbose: bool,
+            domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
+            labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
+            sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
+    """Instrument SCRIPT into a result folder, run it, and show where training time goes.
+
+    autoitt's options go before SCRIPT; everything after SCRIPT goes to the
+    script (`autoitt profile -r out train.py --epochs 3`). The copy runs with
+    the same interpreter, in the current folder, with the script's own
+    __file__, sys.argv[0] and sys.path[0], so it behaves as `python SCRIPT
+    ARGS...` would; its tracebacks show SCRIPT's own lines, and a failing
+    script's exit code becomes autoitt's.
+
+    With the built-in backend (no VTune needed), autoitt's ITT collector
+    records every ITT task of the run (autoitt's markers, PyTorch operators
+    via emit_itt, oneDNN primitives inside TensorFlow) and writes, in the
+    result folder: the copy, instrument.diff, loops.json, trace.json (open in
+    ui.perfetto.dev), summary.json and steps.svg.
+
+    With the VTune backend, VTune runs the copy twice, through the same
+    launcher: hotspots (-start-paused, so only training is collected), then
+    uarch-exploration; each is read back with `vtune -report` (CSV files kept
+    in csv/) into a summary of CPU time per ITT task, top functions (lines of
+    the original script) and top-down metrics per task. Results go to
+    hotspots/ and uarch/ in the result folder (open with vtune-gui). If an
+    analysis fails, VTune's error lines are shown, the others are still
+    reported, and autoitt exits 2.
+    """
+    from click.core import ParameterSource
+
+    from ..profile.options import ProfileOptions
+
+    context = click.get_current_context()
+    options = ProfileOptions(
+        mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
+        result_dir=result_dir, json_output=as_json, launcher=launcher,
+        builtin=BuiltinOptions(**({"trace_steps": trace_steps} if trace_steps is not None else {}),
+                               trace_limit=trace_limit, sample_hz=sample_rate),
+        vtune=VTuneOptions(analyses=analysis, sampling_mode=sampling_mode, data_limit_mb=data_limit,
+                           extra_args=vtune_args,
+                           given=tuple(flag for name, flag in VTUNE_FLAGS
+                                       if context.get_parameter_source(name) is ParameterSource.COMMANDLINE)))
+    tally = Tally(quiet=as_json)
+    ended = {}
+
+    def run() -> None:
+        from .profiling import profile as run_profile
+        from ..launch.target import describe, shell_status
+
+        done = run_profile(script, args, options, tally.note)
+        code = done.record.exit_code
+        if code:
+            ended["exit"] = shell_status(code)
+        try:
+            summary = _show(done, as_json, verbose=verbose)
+        except KeyboardInterrupt:
+            ended.setdefault("exit", _INTERRUPTED)
+            tally.input_error(f"summary interrupted; `autoitt report {done.folder}` prints it from what was "
+                              "recorded")
+            return
+        if code:
+            tally.input_error(f"{script} {describe(code)} (results so far are in {done.folder}/)")
+        elif done.backend.incomplete(summary):
+            tally.input_error(f"{done.backend.incomplete(summary)}; what did complete is in {done.folder}/")
+        _unwritten(tally, done.folder, [*done.unwritten, *summary.unwritten])
+
+    _run_guarded(tally, run)
+    sys.exit(ended.get("exit") or int(tally.exit_code))
+
+
+@cli.command(epilog=_EPILOG)
+@click.argument("result_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("--recompute", is_flag=True,
+              help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
+                   "printing the saved summary.")
+@trace_steps_option
+@verbose_option
+def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps, verbose: bool) -> None:
+    """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
+
+    The summary saved by the run is printed as it is, whatever the run's length; it is read again from
+    what was collected when it is missing or older than the traces, or with --recompute.
+    """
+    tally = Tally(quiet=as_json)
+
+    def run() -> None:
+        from .profiling import load
+
+        done = load(result_dir, trace_steps)  # another window (a StepWindow): the traces are read again
+        summary = _show(done, as_json, recompute or trace_steps is not None, verbose)
+        # a folder the user may not write (someone else's) is still reported; a write that failed is an error
+        _unwritten(tally, done.folder, [item for item in summary.unwritten if not item.folder_not_writable])
+
+    _run_guarded(tally, run)
+    sys.exit(int(tally.exit_code))
+
+
+def _unwritten(tally: Tally, folder: Path, unwritten) -> None:
+    """An input error (exit 2: the environment's to fix) naming the result files that could not be written
+    (:class:`~instrumenter.profile.results.Unwritten`), by reason; nothing when all were."""
+    if not unwritten:
+        return
+    by_reason = {}
+    for item in unwritten:
+        by_reason.setdefault(item.reason, []).append(item.name)
+    files = "; ".join(", ".join(names) + f" ({reason})" for reason, names in by_reason.items())
+    tally.input_error(f"could not write {files} in {folder}/: the result folder is incomplete")
+
+
+def _show(done, as_json: bool, recompute: bool = True, verbose: bool = False):
+    """Read a profile's results (or its saved summary, without ``recompute``), print them (as JSON, or for a
+    person); returns the summary."""
+    summary = done.summarize(recompute)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        from ..profile.console import console_for_stdout
+
+        done.backend.render(summary, console_for_stdout(), script=done.record.script, result_dir=done.folder,
+                            instrumentation=done.instrumentation, verbose=verbose)
+    return summary
+
+
+def main() -> None:
+    cli(prog_name="autoitt")
+
+
+if __name__ == "__main__":
+    main()

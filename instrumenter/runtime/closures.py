@@ -1,0 +1,109 @@
+"""An optimizer's closure as a task: the forward and backward it runs are told from the optimizer's own update.
+
+``optimizer.step(closure)`` (LBFGS, every Lightning automatic-optimization
+step, SAM and other two-pass optimizers) runs the model's forward and
+backward *inside* PyTorch's ``Optimizer.step#...`` task. By their tasks alone,
+the operators the closure runs and the optimizer's own update kernels look
+alike (``aten::addmm`` and ``aten::add_`` both): the phases would call the whole
+step "optimizer".
+
+:func:`install` registers one global optimizer step pre-hook
+(``torch.optim.optimizer.register_optimizer_step_pre_hook``, PyTorch's public
+API) that, while an ITT profiler is on (``emit_itt``), passes the optimizer
+the closure wrapped so that each call of it is a task named
+:data:`CLOSURE_TASK` on PyTorch's ITT domain (``torch._C._itt``, where its
+operators are). The wrapper is :class:`instrumenter.runtime._around.Around`, a C type:
+no Python frame between the optimizer and the user's closure (tracebacks,
+``inspect.stack()`` and faulthandler dumps are as without autoitt), attribute
+reads and ``repr`` pass through to the closure, and its result or exception
+is the closure's, unchanged. The phases then count what a closure runs by its
+own operators (:mod:`instrumenter.builtin.statistics.phases`).
+
+What the program can see: the optimizer's step hooks (its own post-hooks)
+get the wrapper in ``args``; ``type()`` of it is ``Around``. Nothing else.
+
+Imported by the copies' runtime (:mod:`instrumenter.runtime.collection`,
+:mod:`instrumenter.runtime.window`): the standard library only; torch is found in
+``sys.modules`` (the script imported it), never imported here.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Optional, Tuple
+
+#: The name of a closure's task (on PyTorch's ITT domain); the phases recognise it by this name.
+CLOSURE_TASK = "Optimizer.closure"
+
+_lock = threading.Lock()
+_installed = False
+
+
+def install() -> bool:
+    """Registers the closure hook once per process, if the script has imported ``torch.optim``; True once it is.
+
+    Called at each training region's start (cheap once installed): a script that imports torch inside its
+    training function has it by then."""
+    global _installed
+    if _installed:
+        return True
+    optimizer = sys.modules.get("torch.optim.optimizer")
+    torch = sys.modules.get("torch")
+    if optimizer is None or torch is None:
+        return False
+    register = getattr(optimizer, "register_optimizer_step_pre_hook", None)
+    itt = getattr(getattr(torch, "_C", None), "_itt", None)
+    if register is None or itt is None or not itt.is_available():
+        return False
+    with _lock:
+        if not _installed:
+            _installed = True  # tried once: a hook that cannot be made is not retried at every region
+            try:
+                register(_hook(torch, itt))
+            except Exception:  # a marker must never break the program: without it, closures count as optimizer
+                return False
+    return True
+
+
+def around_module() -> Any:
+    """``instrumenter.runtime._around`` (the wrappers that leave no frame: ``Around``, ``Rebound``), loaded from
+    this module's folder by path: in a copy's process the runtime is the launcher's ``_autoitt`` package, not
+    ``instrumenter.runtime``, and the extension is found beside this file whatever the package is called."""
+    name = f"{__package__}._around" if __package__ else "_around"
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib.machinery
+        import importlib.util
+        import os
+
+        folder = os.path.dirname(os.path.abspath(__file__))
+        path = next(p for p in (os.path.join(folder, "_around" + suffix)
+                                for suffix in importlib.machinery.EXTENSION_SUFFIXES) if os.path.exists(p))
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return module
+
+
+def _hook(torch: Any, itt: Any):
+    """The pre-hook: the step's closure (``step(closure)`` or ``step(closure=...)``) wrapped, while a profiler is on."""
+    Around = around_module().Around
+
+    profiling = torch.autograd._profiler_enabled
+    begin = functools.partial(itt.rangePush, CLOSURE_TASK)
+    end = itt.rangePop
+
+    def wrap_closure(_optimizer: Any, args: Tuple[Any, ...], kwargs: dict) -> Optional[Tuple[tuple, dict]]:
+        if not profiling():
+            return None
+        if len(args) > 1 and callable(args[1]) and not isinstance(args[1], Around):
+            return (args[0], Around(args[1], begin, end)) + tuple(args[2:]), kwargs
+        closure = kwargs.get("closure")
+        if closure is not None and callable(closure) and not isinstance(closure, Around):
+            return args, dict(kwargs, closure=Around(closure, begin, end))
+        return None
+
+    return wrap_closure
