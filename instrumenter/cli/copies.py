@@ -83,7 +83,7 @@ def instrument(tally: Tally, script: Path, mode: Mode, write_back: WriteBack, *,
                            f"{_regions(project.entry)}")
         return
     tally.changed_file(f"wrote {target} from {script}: {_regions(project.entry)}")
-    if project.entry.notebook is not None:
+    if _runs_in_jupyter(project):
         tally.note(f"next: run {target} in Jupyter under VTune, or `autoitt profile {script}`")
         return
     tally.note(f"next: vtune -collect hotspots -start-paused -- {Path(sys.executable).name} {target}")
@@ -96,12 +96,17 @@ def _write_folder(tally: Tally, project: Project, folder: Path, target_of, force
     for item, written in zip(project.instrumented, outputs):
         tally.changed_file(f"wrote {written.target} from {item.path}: {_regions(item)}")
     entry = project.entry.path
-    if project.entry.notebook is not None:
+    if _runs_in_jupyter(project):
         tally.note(f"next: run {target_of(project.entry)} in Jupyter with {entry.parent or '.'} importable, "
                    f"or `autoitt profile {entry}`")
         return
     tally.note(f"run it with the other modules of {entry.parent or '.'} importable, e.g. "
                f"PYTHONPATH={entry.parent or '.'} python {target_of(project.entry)}; or use `autoitt profile`")
+
+
+def _runs_in_jupyter(project: Project) -> bool:
+    """The entry's copy is a notebook: the next step the user is told is to run it in Jupyter, not Python."""
+    return project.entry.kind.copy_suffix == ".ipynb"
 
 
 def _regions(item: ProjectFile) -> str:
@@ -111,14 +116,7 @@ def _regions(item: ProjectFile) -> str:
 def _print_diff(item: ProjectFile, target: Path, style: str, color: Optional[bool]) -> None:
     from .diff import STYLES, colorize
 
-    result = item.result
-    if item.notebook_copy is not None:
-        from ..sources.notebook_copy import cell_diffs
-
-        text = cell_diffs(item.notebook_copy.changes, str(item.path), str(target), STYLES[style])
-    else:
-        original, instrumented = result.source.text, result.output.decode(result.source.encoding)
-        text = STYLES[style](original, instrumented, str(item.path), str(target))
+    text = item.diff(str(item.path), str(target), STYLES[style])
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(colorize(text) if use_color else text, nl=False, color=use_color)
 

@@ -13,10 +13,10 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
-from transforms import Region, detect
+from transforms import detect
 
 from ..profile.console import literal
-from ..sources.project import discover, note_line
+from ..sources.project import discover
 
 
 def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[int, str]) -> None:
@@ -30,11 +30,9 @@ def show_loops(script: Path, as_json: bool, labels: Dict[int, str], roles: Dict[
         detection = detect(item.source, labels if index == 0 else None, roles if index == 0 else None)
         if index == 0:
             instrumented_by = detection.already_instrumented
-        shown = item.notebook.region_json if item.notebook is not None else Region.to_json
-        found.extend((item.relative, shown(region)) for region in detection.regions)
+        found.extend((item.relative, item.kind.region_json(region)) for region in detection.regions)
         where = script if index == 0 else item.relative
-        all_notes.extend(item.notebook.note_line(where, n) if item.notebook is not None else note_line(where, n)
-                         for n in detection.notes)
+        all_notes.extend(item.kind.note_line(where, n) for n in detection.notes)
     all_notes.extend(notes)
     if as_json:
         click.echo(json.dumps([{**region, "path": path} for path, region in found], indent=2))

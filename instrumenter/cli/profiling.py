@@ -173,33 +173,34 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
 
     Beside the script's copy: ``modules/`` with the copies of local modules
     (the user's folder is never written to), ``instrument.diff`` (every file),
-    ``loops.json`` and ``instrumentation.json``. For a notebook the copy that
-    runs is its program (:meth:`~instrumenter.sources.notebook.Notebook.runnable`),
-    beside the program itself (``<stem>_cells.py``, what tracebacks show) and
-    the instrumented notebook.
+    ``loops.json`` and ``instrumentation.json``. What runs is what the entry's
+    kind makes runnable (:meth:`~instrumenter.sources.kind.FileKind.runnable`: for
+    a notebook its program, with a prelude), beside, for a notebook, the
+    program itself (``<stem>_cells.py``, what tracebacks show) and the
+    instrumented notebook.
     """
     from .diff import marker_diff
 
     script = project.entry.path
     notes = project.messages()
     entry = project.entry.result
-    notebook = project.entry.notebook
+    kind = project.entry.kind
     copy = copy_path(script, folder)
     targets = {id(item): copy if item is project.entry else folder / "modules" / item.relative
                for item in project.instrumented}
     # Already instrumented (its own resume/pause decide), or nothing to mark: the script runs as it is.
-    entry_runs = entry.output if entry.outcome is Outcome.INSTRUMENTED else entry.source.data
-    entry_map = entry.line_map
-    if notebook is not None:
-        entry_runs, entry_map = notebook.runnable(entry_runs, entry.line_map)
+    entry_runs, entry_map = kind.runnable(entry.output if entry.outcome is Outcome.INSTRUMENTED
+                                          else entry.source.data, entry.line_map)
     outputs = [Output(targets[id(item)], entry_runs if item is project.entry else item.result.output, item.path)
                for item in project.instrumented]
     if entry.outcome is not Outcome.INSTRUMENTED:
         outputs.append(Output(copy, entry_runs, script))
-    if notebook is not None:
-        outputs.append(Output(program_path(script, folder), notebook.program, script))
-        if project.entry.notebook_copy is not None:
-            outputs.append(Output(folder / f"{script.stem}_itt.ipynb", project.entry.notebook_copy.data, script))
+    # Files only a notebook has beside what runs: its program (a script is its own, the original tracebacks
+    # show) and its instrumented copy (a script's is what runs).
+    if kind.program is not None:
+        outputs.append(Output(program_path(script, folder), kind.program, script))
+        if entry.outcome is Outcome.INSTRUMENTED:
+            outputs.append(Output(copy.with_suffix(kind.copy_suffix), project.entry.copy_bytes(), script))
     files.write_outputs(outputs, files.COPIES)
     diffs = [_diff(item, targets[id(item)], marker_diff) for item in project.instrumented]
     if diffs:
@@ -214,9 +215,9 @@ def prepare(project: Project, folder: Path) -> Tuple[Instrumentation, List[str]]
                      + ("" if entry.outcome is Outcome.INSTRUMENTED else "; autoitt adds no markers"))
     records = [_record(item, targets.get(id(item)) or (copy if item is project.entry else None))
                for item in project.files]
-    if notebook is not None:
-        records[0] = dataclasses.replace(records[0], line_map=entry_map, cells=notebook.cell_starts(),
-                                         program=str(program_path(script, folder).resolve()))
+    records[0] = dataclasses.replace(records[0], line_map=entry_map, cells=kind.cell_starts(),
+                                     program=str(program_path(script, folder).resolve())
+                                     if kind.program is not None else None)
     instrumentation = Instrumentation(str(script), project.start_paused, tuple(records))
     files.atomic_write(folder / "loops.json", (json.dumps(instrumentation.regions, indent=2) + "\n").encode())
     instrumentation.save(folder)
@@ -229,12 +230,9 @@ def program_path(script: Path, folder: Path) -> Path:
 
 
 def _diff(item: ProjectFile, target: Path, marker_diff) -> str:
-    if item.notebook_copy is not None:
-        from ..sources.notebook_copy import cell_diffs
-
-        return cell_diffs(item.notebook_copy.changes, str(item.path), str(target.with_suffix(".ipynb")), marker_diff)
-    result = item.result
-    return marker_diff(result.source.text, result.output.decode(result.source.encoding), str(item.path), str(target))
+    """``item``'s diff in ``instrument.diff``, to its copy as written beside ``target`` (what runs): for a
+    notebook, the instrumented notebook."""
+    return item.diff(str(item.path), str(target.with_suffix(item.kind.copy_suffix)), marker_diff)
 
 
 def _record(item: ProjectFile, runs) -> FileRecord:
@@ -245,9 +243,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       step_labels=result.step_labels,
                       runtime=result.plan.runtime if result.outcome is Outcome.INSTRUMENTED else (),
                       tasks=result.plan.tasks if result.outcome is Outcome.INSTRUMENTED else (),
-                      sha256=digest(item.notebook.data if item.notebook is not None else result.source.data),
-                      regions=tuple(item.notebook.region_json(r) if item.notebook is not None else r.to_json()
-                                    for r in result.regions),
+                      sha256=digest(item.kind.data), regions=tuple(item.kind.region_json(r) for r in result.regions),
                       line_map=result.line_map,
                       frameworks=tuple(name for name, used in (("torch", result.detection.uses_torch),
                                                                ("tensorflow", result.detection.uses_tensorflow))

@@ -54,6 +54,7 @@ from typing import List, Optional, Tuple
 from transforms import LineMap, Outcome, RegionTasks
 
 from ..sources.files import atomic_write
+from ..sources.kind import Place
 from .results import read_record
 
 FILE = "instrumentation.json"
@@ -104,12 +105,14 @@ class FileRecord:
                    cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None,
                    frameworks=tuple(data.get("frameworks", ())), tasks=_tasks(data))
 
-    def place(self, line: int) -> Tuple[Optional[int], int]:
-        """(cell index, line in it) of a line of ``path``: (``None``, ``line``) outside a notebook."""
+    def place(self, line: int) -> Place:
+        """Where a line of ``path`` (of ``program``, for a notebook) is in the file: its cell and line in it, as
+        :meth:`instrumenter.sources.kind.FileKind.place` said when the file was read (a line before the first
+        code cell counts as that cell's)."""
         if not self.cells:
-            return None, line
-        start, index, _ = max((cell for cell in self.cells if cell[0] <= line), default=self.cells[0])
-        return index, line - start + 1
+            return Place(line)
+        start, index, cell_id = max((cell for cell in self.cells if cell[0] <= line), default=self.cells[0])
+        return Place(line - start + 1, index, cell_id)
 
 
 def _tasks(data: dict) -> Tuple[RegionTasks, ...]:

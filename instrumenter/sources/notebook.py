@@ -36,6 +36,7 @@ from typing import Any, List, Optional, Tuple
 from transforms import SourceError
 
 from .ipython_syntax import Translation, ipython_available, lines_of, translate
+from .kind import CellStarts, Place
 
 #: How detection's reasons and notes name a line of the program.
 _LINE = re.compile(r"\bline (\d+)\b")
@@ -117,7 +118,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Notebook:
-    """A notebook, its code cells and the program they make; see the module docstring.
+    """A notebook, its code cells and the program they make; see the module docstring. With its copy, the
+    notebook kind of file (:class:`~instrumenter.sources.notebook_copy.NotebookFile`).
 
     ``raw``: the file's JSON as read (written back with ``layout``);
     ``program``: the code cells' Python, UTF-8; ``notes``: what the translation
@@ -141,10 +143,11 @@ class Notebook:
         cell = self.cells[at]
         return cell if program_line < cell.start + cell.lines else None
 
-    def place(self, program_line: int) -> str:
-        """``cell 3, line 5`` (with the cell's id, where it has one) for a line of the program."""
+    def place(self, program_line: int) -> Place:
+        """The cell and line in it (shown ``cell 3, line 5``, with the cell's id where it has one) of a line of
+        the program; outside every code cell, the program's line."""
         cell = self.cell_at(program_line)
-        return f"{cell.name()}, line {program_line - cell.start + 1}" if cell else f"line {program_line}"
+        return Place(program_line - cell.start + 1, cell.index, cell.id) if cell else Place(program_line)
 
     def region_json(self, region) -> dict:
         """``Region.to_json`` with cell-relative lines and the ``cell``: ``{"index": 3, "id": "abc"}``."""
@@ -162,7 +165,7 @@ class Notebook:
 
     def relined(self, text: str) -> str:
         """``text`` (a reason, a note) with each ``line N`` of the program named as its cell's line."""
-        return _LINE.sub(lambda match: self.place(int(match.group(1))), text)
+        return _LINE.sub(lambda match: str(self.place(int(match.group(1)))), text)
 
     def source(self):
         """The program parsed (:class:`transforms.Source`, named as the notebook); an error names its cell."""
@@ -205,7 +208,7 @@ class Notebook:
         lines = code.splitlines(keepends=True)
         return b"".join(lines[:after]) + "".join(prelude).encode("utf-8") + b"".join(lines[after:]), shifted
 
-    def cell_starts(self) -> Tuple[Tuple[int, int, Optional[str]], ...]:
+    def cell_starts(self) -> CellStarts:
         """(first program line, index, id) of each code cell: ``cells`` in ``instrumentation.json``."""
         return tuple((cell.start, cell.index, cell.id) for cell in self.cells)
 

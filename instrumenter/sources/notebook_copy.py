@@ -18,6 +18,10 @@ a statement between cells saying where each ends, autoitt's own ``strip`` over
 it, and the cells cut out again. Every copy is checked to strip back to the
 original notebook (the same bytes, when its JSON layout is one autoitt
 writes) before anything is written.
+
+:class:`NotebookFile` is the notebook kind of file the stages ask
+(:class:`~instrumenter.sources.kind.FileKind`): the notebook read and, once
+instrumented, its copy.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from __future__ import annotations
 import copy as deep
 import secrets
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import ClassVar, Dict, List, Optional, Tuple
 
-from transforms import INSTRUMENTED_MARKER, RewriteError, SourceError, strip_markers
+from transforms import INSTRUMENTED_MARKER, Outcome, RewriteError, SourceError, strip_markers
 
 from .ipython_syntax import lines_of
+from .kind import CellStarts, DiffStyle, Place
 from .notebook import Cell, Notebook, read_notebook
 
 #: The id of the code cell autoitt adds for the header when the first cell cannot take it.
@@ -51,6 +56,59 @@ class NotebookCopy:
 
     data: bytes
     changes: Tuple[CellChange, ...]
+
+
+@dataclass(frozen=True)
+class NotebookFile:
+    """The notebook kind of file (:class:`~instrumenter.sources.kind.FileKind`): the :class:`Notebook` read,
+    which says how its program's lines are shown and what runs, and its instrumented ``copy`` (once
+    :meth:`instrumented` is given a rewrite that added markers), which is what ``instrument`` writes."""
+
+    notebook: Notebook
+    copy: Optional[NotebookCopy] = None
+    #: the instrumented copy of a notebook is a notebook
+    copy_suffix: ClassVar[str] = ".ipynb"
+
+    @property
+    def data(self) -> bytes:
+        return self.notebook.data
+
+    @property
+    def notes(self) -> Tuple[str, ...]:
+        return self.notebook.notes
+
+    @property
+    def program(self) -> bytes:
+        return self.notebook.program
+
+    def place(self, line: int) -> Place:
+        return self.notebook.place(line)
+
+    def note_line(self, where: object, note) -> str:
+        return self.notebook.note_line(where, note)
+
+    def region_json(self, region) -> dict:
+        return self.notebook.region_json(region)
+
+    def runnable(self, code: bytes, line_map):
+        return self.notebook.runnable(code, line_map)
+
+    def cell_starts(self) -> CellStarts:
+        return self.notebook.cell_starts()
+
+    def instrumented(self, result) -> "NotebookFile":
+        """With the notebook's copy, when ``result`` (over :attr:`Notebook.program`) added markers."""
+        if result.outcome is not Outcome.INSTRUMENTED:
+            return self
+        return NotebookFile(self.notebook, instrumented_notebook(self.notebook, result))
+
+    def copy_bytes(self, result) -> Optional[bytes]:
+        """The instrumented notebook; without one (no markers added), ``result``'s output."""
+        return self.copy.data if self.copy is not None else result.output
+
+    def diff(self, result, from_name: str, to_name: str, style: DiffStyle) -> str:
+        """One diff per cell the copy changed (see :func:`cell_diffs`)."""
+        return cell_diffs(self.copy.changes if self.copy is not None else (), from_name, to_name, style)
 
 
 def instrumented_notebook(notebook: Notebook, result) -> NotebookCopy:

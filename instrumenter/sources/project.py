@@ -9,10 +9,14 @@ its own; only the entry script's regions control collection when it has any
 (see ``controls_collection`` in :func:`transforms.instrument`). Each file is
 read and parsed once, here, and handed to the instrumenter as parsed.
 
-A Jupyter notebook as the entry is read as the program its code cells make
-(:mod:`instrumenter.sources.notebook`); that :class:`~instrumenter.sources.notebook.Notebook`
-travels with its file, and its instrumented copy is a notebook again
-(:mod:`instrumenter.sources.notebook_copy`), made and checked here with the rest.
+Every file travels with its kind (:class:`~instrumenter.sources.kind.FileKind`),
+which the later stages ask how to show its lines, what runs and what its copy
+is: a plain :class:`~instrumenter.sources.kind.Script`, or, for a Jupyter
+notebook as the entry, a :class:`~instrumenter.sources.notebook_copy.NotebookFile`:
+the notebook read as the program its code cells make
+(:mod:`instrumenter.sources.notebook`), whose instrumented copy is a notebook
+again (:mod:`instrumenter.sources.notebook_copy`), made and checked here with the
+rest.
 """
 
 from __future__ import annotations
@@ -20,15 +24,12 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from transforms import Mode, Outcome, Result, Source, SourceError, instrument, parse_source
 
 from . import files
-
-if TYPE_CHECKING:  # the notebook modules are imported only when a notebook is given
-    from .notebook import Notebook
-    from .notebook_copy import NotebookCopy
+from .kind import FileKind, Place, Script
 
 #: A project larger than this is cut short with a note: it is not a training script's folder.
 MAX_FILES = 200
@@ -36,34 +37,29 @@ MAX_FILES = 200
 
 @dataclass(frozen=True)
 class ProjectFile:
-    """One instrumented file: ``relative`` to the entry's folder, as ``path`` on disk.
-
-    For a notebook: ``notebook``, the program ``result`` is about, and
-    ``notebook_copy``, the instrumented notebook (when ``result`` added markers).
-    """
+    """One instrumented file: ``relative`` to the entry's folder, as ``path`` on disk; ``kind``, what kind of
+    file it is (knowing its copy: see :meth:`FileKind.instrumented`), whose program ``result`` is about."""
 
     path: Path
     relative: str
     module: Optional[str]
     result: Result
-    notebook: Optional["Notebook"] = None
-    notebook_copy: Optional["NotebookCopy"] = None
+    kind: FileKind
 
     def copy_bytes(self) -> Optional[bytes]:
-        """What ``autoitt instrument`` writes for this file: the instrumented notebook, or the copy."""
-        return self.notebook_copy.data if self.notebook_copy is not None else self.result.output
+        """What ``autoitt instrument`` writes for this file: the copy (for a notebook, a notebook)."""
+        return self.kind.copy_bytes(self.result)
 
     def note_line(self, where: object, note) -> str:
-        return self.notebook.note_line(where, note) if self.notebook is not None else note_line(where, note)
+        return self.kind.note_line(where, note)
 
-    def place(self, line: int) -> str:
-        """``line 42``, or in a notebook ``cell 3, line 5``."""
-        return self.notebook.place(line) if self.notebook is not None else f"line {line}"
+    def place(self, line: int) -> Place:
+        """Where ``line`` of the program is: shown ``line 42``, or in a notebook ``cell 3, line 5``."""
+        return self.kind.place(line)
 
-
-def note_line(where: object, note) -> str:
-    """``where:line: message`` for a detection or plan note (``where: message`` without a line)."""
-    return f"{where}:{note.line}: {note.message}" if note.line else f"{where}: {note.message}"
+    def diff(self, from_name: str, to_name: str, style) -> str:
+        """The diff of this instrumented file to its copy named ``to_name``, in ``style``."""
+        return self.kind.diff(self.result, from_name, to_name, style)
 
 
 @dataclass(frozen=True)
@@ -144,17 +140,19 @@ class LocalFile:
     relative: str
     module: Optional[str]
     source: Source
-    notebook: Optional["Notebook"] = None
+    kind: FileKind
 
 
 def _read_entry(entry: Path) -> LocalFile:
     data = files.read_script(entry)
     if entry.suffix != ".ipynb":
-        return LocalFile(entry, entry.name, None, parse_source(data, str(entry)))
-    from .notebook import read_notebook
+        source = parse_source(data, str(entry))
+        return LocalFile(entry, entry.name, None, source, Script(source))
+    from .notebook import read_notebook  # nbformat only when a notebook is given
+    from .notebook_copy import NotebookFile
 
     notebook = read_notebook(data, str(entry))
-    return LocalFile(entry, entry.name, None, notebook.source(), notebook)
+    return LocalFile(entry, entry.name, None, notebook.source(), NotebookFile(notebook))
 
 
 def discover(entry: Path) -> Tuple[List[LocalFile], List[str]]:
@@ -162,7 +160,7 @@ def discover(entry: Path) -> Tuple[List[LocalFile], List[str]]:
     root = entry.resolve().parent
     first = _read_entry(entry)
     found: List[LocalFile] = [first]
-    notes: List[str] = [f"{entry}, {note}" for note in (first.notebook.notes if first.notebook else ())]
+    notes: List[str] = [f"{entry}, {note}" for note in first.kind.notes]
     seen = {entry.resolve()}
     queue = [(entry.resolve(), first.source.tree)]
     while queue:
@@ -181,7 +179,7 @@ def discover(entry: Path) -> Tuple[List[LocalFile], List[str]]:
             except SourceError as exc:
                 notes.append(f"{relative}: not followed: {exc.message}")
                 continue
-            found.append(LocalFile(module_file, relative, name, source))
+            found.append(LocalFile(module_file, relative, name, source, Script(source)))
             queue.append((resolved, source.tree))
     return found, notes
 
@@ -192,21 +190,18 @@ def load_project(entry: Path, mode: Mode) -> Project:
     first = local[0]
     entry_result = instrument(first.source, mode, stem=entry.stem)
     modules_control, start_paused = _collection(entry_result)
-    modules = [
-        ProjectFile(item.path, item.relative, item.module,
-                    instrument(item.source, mode, stem=item.path.stem, controls_collection=modules_control,
-                               entry=False))
-        for item in local[1:]
-    ]
+    modules = [_instrumented(item, instrument(item.source, mode, stem=item.path.stem,
+                                              controls_collection=modules_control, entry=False))
+               for item in local[1:]]
     start_paused = start_paused or (modules_control and any(m.result.outcome is Outcome.INSTRUMENTED
                                                             for m in modules))
-    notebook_copy = None
-    if first.notebook is not None and entry_result.outcome is Outcome.INSTRUMENTED:
-        from .notebook_copy import instrumented_notebook
-
-        notebook_copy = instrumented_notebook(first.notebook, entry_result)
-    entry_file = ProjectFile(entry, entry.name, None, entry_result, first.notebook, notebook_copy)
+    entry_file = _instrumented(first, entry_result)
     return Project(entry_file, tuple(modules), tuple(notes), start_paused)
+
+
+def _instrumented(item: LocalFile, result: Result) -> ProjectFile:
+    """``item`` with ``result``, the rewrite of its program, and its kind knowing the copy that makes."""
+    return ProjectFile(item.path, item.relative, item.module, result, item.kind.instrumented(result))
 
 
 def _collection(entry: Result) -> Tuple[bool, bool]:

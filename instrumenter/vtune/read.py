@@ -89,7 +89,8 @@ def source_mapper(instrumentation: Instrumentation, warnings: List[str]) -> Call
         if record is None:
             return row
         line = row.source_line or defined_at(record.program or record.path, row.function)
-        cell, line = record.place(line) if line else (None, line)  # a notebook's program line: its cell's
+        place = record.place(line) if line else None  # a notebook's program line: its cell's
+        cell, line = (place.cell, place.line) if place else (None, line)
         return dataclasses.replace(row, source_file=instrumentation.shown_path(record) + (f" cell {cell}" if cell else ""),
                                    source_line=line)
 
