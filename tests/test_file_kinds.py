@@ -83,3 +83,15 @@ def test_a_script_runs_as_its_program_with_no_cells_beside_it():
 
     assert kind.runnable(b"code\n", line_map) == (b"code\n", line_map)
     assert (kind.program, kind.cell_starts(), kind.data) == (None, None, source.data)
+
+
+def test_both_kinds_answer_every_question_of_the_file_kind_contract():
+    from instrumenter.sources.kind import FileKind, Script
+    from instrumenter.sources.notebook_copy import NotebookFile
+
+    questions = {name for name in vars(FileKind) if not name.startswith("_")} | set(FileKind.__annotations__)
+
+    assert questions == {"data", "notes", "program", "copy_suffix", "place", "note_line", "region_json", "runnable",
+                         "cell_starts", "instrumented", "copy_bytes", "diff"}
+    assert [(kind.__name__, name) for kind in (Script, NotebookFile) for name in sorted(questions)
+            if not hasattr(kind, name)] == []
