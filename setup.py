@@ -2,7 +2,8 @@
 
 ``instrumenter/collector/*.c`` become ``instrumenter/collector/_collector*.so`` (one translation unit per job: the
 process's life, the ITT binding, the writer, the trace limit, the task stack, counters, the sampler, its
-hooks, unwinder and Python frames; ``format.h`` holds the file formats).
+hooks, unwinder and Python frames, and what they all use (the process's identity, the clock); ``format.h`` holds
+the file formats).
 It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
 ``instrumenter.collector.library_path()`` finds it.
@@ -54,7 +55,7 @@ setup(
             # formats, generated at build time); pyframes.c is built against the interpreter's own (internal) headers
             sources=[f"instrumenter/collector/{unit}.c" for unit in
                      ("process", "itt_binding", "writer", "trace_limit", "tasks", "counters", "sampler", "hooks",
-                      "unwind", "pyframes")],
+                      "unwind", "pyframes", "common")],
             depends=[f"instrumenter/collector/{header}.h" for header in
                      ("common", "process", "itt_binding", "writer", "trace_limit", "tasks", "counters",
                       "sampler", "hooks", "unwind", "pyframes")],

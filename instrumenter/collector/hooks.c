@@ -19,9 +19,6 @@
 #include <unistd.h>
 
 #include "hooks.h"
-#include "itt_binding.h"
-#include "process.h"
-#include "sampler.h"
 #include "unwind.h"
 #include "writer.h"
 
@@ -34,6 +31,7 @@
 /* Ready threads: an altstack installed, and their stack's bounds.          */
 
 #define H_CLAIMED 0xFFFFFFFFu
+hooks_above g_hooks_above;
 h_ready h_ready_threads[S_MAX_THREADS];
 static _Atomic int h_ready_top;    /* slots in use are below it */
 
@@ -170,7 +168,7 @@ static void *h_thread_main(void *p)
     h_start start = *(h_start *)p;
     free(p);
     h_thread_ready();
-    sampler_thread_started();
+    g_hooks_above.thread_started();
     return start.fn(start.arg);
 }
 
@@ -197,7 +195,7 @@ static const struct sigaction h_default; /* all zero: SIG_DFL, no flags, empty m
 
 /* Whether an action would run our own handler (a program that saved it behind our hooks and sets it
    back): never kept as the program's, it would call itself. */
-int h_is_ours(const struct sigaction *act) { return (void *)act->sa_handler == (void *)s_handler; }
+int h_is_ours(const struct sigaction *act) { return (void *)act->sa_handler == (void *)g_hooks_above.handler; }
 
 void h_set_chained(const struct sigaction *act)
 {
@@ -281,7 +279,7 @@ static int h_guarded_dlclose(void *handle)
 
 static int h_dlclose(void *handle)
 {
-    sampler_before_unload(); /* the map as it is, in the file, for the samples taken in what goes away */
+    g_hooks_above.before_unload(); /* the map as it is, in the file, for the samples taken in what goes away */
     return h_guarded_dlclose(handle);
 }
 
@@ -298,7 +296,7 @@ static void h_before_exec(void)
     if ((uint32_t)syscall(SYS_getpid) != g_pid) return;
     if (g_forked && atomic_load(&g_fd) < 0) return;
     flush_all();
-    sampler_drain();
+    g_hooks_above.drain();
 }
 
 /* If exec fails (execvp tries each folder of PATH), the program goes on: nothing was ended or closed,

@@ -68,6 +68,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h"
+
+#define S_MAX_THREADS 4096         /* threads sampled at once (sampler.c's sthreads, the ready slots here) */
+
 typedef struct h_ready {
     _Atomic uint32_t tid;          /* 0: free; H_CLAIMED: being filled in */
     _Atomic int gone;              /* the thread is ending (its altstack given back): kept until its tid is
@@ -77,7 +81,24 @@ typedef struct h_ready {
 
 #pragma GCC visibility push(hidden)
 
-/* Ready threads (an altstack installed, their stack's bounds), S_MAX_THREADS slots (sampler.h) */
+/* What the hooks call in the sampler above them (sampler.c), which registers it in sampler_load, its first
+ * act: set once at load, before any hook is patched in (h_install, h_install_exec_only: from sampler_start
+ * only) or any thread the hooks start runs, and never changed after.  Read in signal context: handler by
+ * h_is_ours, which h_sigaction and h_signal call, maybe from the program's handlers; loading a pointer set
+ * before any signal (and comparing or calling it) is async-signal-safe.
+ *  - handler: the sampling signal's handler (s_handler): an action running it is ours, never the program's;
+ *  - thread_started: a thread the hooks saw start, on the thread, before its start routine (h_thread_main);
+ *  - before_unload: a dlclose is about to run (the map to the file first);
+ *  - drain: an exec is about to replace the image (h_before_exec): what the sampler holds to the file. */
+typedef struct hooks_above {
+    void (*handler)(int sig, siginfo_t *si, void *ucv);
+    void (*thread_started)(void);
+    void (*before_unload)(void);
+    void (*drain)(void);
+} hooks_above;
+extern hooks_above g_hooks_above;
+
+/* Ready threads (an altstack installed, their stack's bounds), S_MAX_THREADS slots */
 extern h_ready h_ready_threads[];
 extern int h_key_ok;                        /* the key making threads ready exists */
 extern pthread_mutex_t h_patch_mutex;       /* h_patch_all's (the sampler's fork handlers re-init it) */

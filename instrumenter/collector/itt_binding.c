@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "itt_binding.h"
-#include "process.h"
 #include "sampler.h"
 #include "tasks.h"
 #include "writer.h"
@@ -20,13 +19,6 @@ static const unsigned char ITT_GLOBAL_MAGIC[8] = {0xED, 0xAB, 0xAB, 0xEC, 0x0D, 
 /* name -> object, for our create functions */
 typedef struct str_table { char **keys; void **vals; size_t cap, len; } str_table;
 static str_table g_domains, g_strings;
-
-uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 static void *table_get(str_table *t, const char *key)
 {

@@ -89,11 +89,4 @@ _Static_assert(sizeof(itt_id) == 24, "itt_id");
 
 #define ITT_SCOPE_HOST 1
 
-#pragma GCC visibility push(hidden)
-
-/* FNV-1a of a string (the names tables here; hooks.c tells objects apart by it). */
-uint64_t hash_str(const char *s);
-
-#pragma GCC visibility pop
-
 #endif

@@ -2,8 +2,9 @@
  * The process's life (process.c): load (the library's constructor reads the variables and sets every
  * unit up, before any thread records), fork (a child gets a file of its own, none of the parent's
  * buffered data), exit (atexit, the end of Python's finalization, the library's destructor: every
- * buffer written), fatal signals (what the threads buffered is written first), and the process's
- * identity in its files (pid, parent, rank, start clocks).
+ * buffer written) and fatal signals (what the threads buffered is written first).  It is the top
+ * floor with itt_binding.c: it calls every unit's load and fork parts, and none calls it.  The
+ * process's identity (pid, parent, rank, start clocks) is common.c's.
  *
  * Signal context:
  *  - flush_on_fatal_signal is a signal handler for SIGTERM, SIGHUP, SIGQUIT, SIGXCPU, SIGSEGV, SIGBUS,
@@ -19,20 +20,7 @@
 #ifndef AUTOITT_PROCESS_H
 #define AUTOITT_PROCESS_H
 
-#include <stdint.h>
-
-#pragma GCC visibility push(hidden)
-
-extern uint32_t g_pid, g_ppid;
-extern uint64_t g_start_mono, g_start_real; /* CLOCK_MONOTONIC and CLOCK_REALTIME at load (or fork) */
-extern uint64_t g_start_ticks;              /* the record clock then */
-extern uint32_t g_header_flags;             /* the trace file's header flags (F_START_PAUSED, F_TSC) */
-extern uint32_t g_rank_plus_one;            /* the rank a launcher gave this process + 1; 0: none */
-extern int g_forked;                        /* this process is a forked child */
-
-/* A variable holding a number below 2^32 - 1 (digits only: "", "-1", " 1" are not numbers): 1 and *out. */
-int env_number(const char *variable, unsigned long *out);
-
-#pragma GCC visibility pop
+/* Nothing: no unit calls the process's life (it runs from the constructor, destructor, atexit, pthread_atfork
+   and its own signal handler). */
 
 #endif

@@ -28,7 +28,6 @@
 #include "sampler.h"
 #include "format.h"
 #include "hooks.h"
-#include "process.h"
 #include "pyframes.h"
 #include "tasks.h"
 #include "unwind.h"
@@ -1226,6 +1225,10 @@ static void s_fork_child(void)
 
 void sampler_load(void)
 {
+    /* first: what the hooks and the writer call up here (hooks.h, writer.h), before any hook is patched in or
+       any thread attaches */
+    g_hooks_above = (hooks_above){s_handler, sampler_thread_started, sampler_before_unload, sampler_drain};
+    g_writer_above.thread_attached = sampler_thread_attached;
     unsigned long value;
     const char *hz = getenv("AUTOITT_SAMPLE_HZ");
     if (hz && hz[0]) s_hz = env_number("AUTOITT_SAMPLE_HZ", &value) ? value : S_DEFAULT_HZ;

@@ -129,27 +129,26 @@
 
 #include <signal.h>
 
-#define S_MAX_THREADS 4096         /* threads sampled at once (sthreads, hooks.c's ready slots) */
-
 #pragma GCC visibility push(hidden)
 
-/* collector_load: the variables. */
+/* collector_load: the variables; registers what the hooks and the writer call up here (hooks.h's
+   g_hooks_above, writer.h's g_writer_above.thread_attached). */
 void sampler_load(void);
 /* The first ITT call (__itt_api_init), or autoitt_start_sampling: starts sampling this process, once. */
 void sampler_start(void);
-/* A pause or detach (and an exec, hooks.c): what the rings hold goes to the file now. */
+/* A pause or detach (and an exec, hooks.c through g_hooks_above): what the rings hold goes to the file now. */
 void sampler_drain(void);
 /* A normal exit: the events closed, the rest written with the map and the counts. */
 void sampler_finish(void);
 /* A fatal signal (process.c's flush_on_fatal_signal): best effort, async-signal-safe. */
 void sampler_fatal(void);
-/* A thread's first ITT event (writer.c's attach_thread): it becomes ready to be sampled. */
+/* A thread's first ITT event (writer.c's attach_thread, through g_writer_above): it becomes ready to be sampled. */
 void sampler_thread_attached(void);
-/* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine). */
+/* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine; g_hooks_above). */
 void sampler_thread_started(void);
-/* A dlclose is about to run (hooks.c): the map goes to the file first. */
+/* A dlclose is about to run (hooks.c, through g_hooks_above): the map goes to the file first. */
 void sampler_before_unload(void);
-/* The sampling signal's handler (hooks.c tells its own handler from the program's with it). */
+/* The sampling signal's handler (hooks.c tells its own handler from the program's with it: g_hooks_above). */
 void s_handler(int sig, siginfo_t *si, void *ucv);
 
 #pragma GCC visibility pop

@@ -17,7 +17,6 @@ _Atomic int g_own_many;
 _Atomic uint64_t *g_own_domains;
 uint64_t g_own_mask;
 _Atomic uint64_t g_own_current, g_own_current_domain;
-_Atomic uint32_t g_task_epoch;
 
 static char **g_own_names;                  /* AUTOITT_OWN_DOMAINS, split */
 static int g_own_names_n;

@@ -7,7 +7,7 @@
  * the depth, and one compare against the first own domain (a second one only when there are several
  * own domain objects); begins and ends of own tasks also update the process's current own task, out
  * of line.  Paused, nothing: as in the trace, tasks begun or ended while paused are not seen, and a
- * pause forgets every thread's open tasks (g_task_epoch: each stack restarts empty at its thread's
+ * pause forgets every thread's open tasks (writer.h's g_task_epoch: each stack restarts empty at its thread's
  * next begin or end), since an end dropped while paused would otherwise leave its task open for good.
  *
  * The own domains: AUTOITT_OWN_DOMAINS (comma-separated, any number; default "autoitt.train"), read at
@@ -43,7 +43,6 @@ extern _Atomic int g_own_many;              /* more than one own domain object *
 extern _Atomic uint64_t *g_own_domains;     /* the own domain objects, a hash set (0: free slot), set at load */
 extern uint64_t g_own_mask;                 /* its slots - 1 (a power of two, at least twice the names) */
 extern _Atomic uint64_t g_own_current, g_own_current_domain;
-extern _Atomic uint32_t g_task_epoch;       /* pauses so far */
 
 /* collector_load: the own domains' names, and their table. */
 void tasks_load(void);

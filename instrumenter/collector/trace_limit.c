@@ -11,10 +11,8 @@
 #include <time.h>
 
 #include "trace_limit.h"
-#include "process.h"
 #include "writer.h"
 
-_Atomic uint64_t g_uncounted;
 static uint64_t g_limit;                    /* 0: none */
 static _Atomic int g_capped;
 static double g_ns_per_tick = 1.0;          /* measured when the limit is reached */
@@ -182,7 +180,8 @@ static void reach_limit(int fd, uint32_t tid)
     write_all(fd, buf, sizeof buf);
 }
 
-void drain(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal)
+/* Writes records [s, e) of b, or past the limit counts them; flush_lock held (g_writer_above.drain). */
+static void drain(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal)
 {
     if (!atomic_load(&g_capped)) {
         if (!g_limit || atomic_load(&g_file_bytes) + CHDR + (e - s) <= g_limit) {
@@ -202,7 +201,9 @@ void drain(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal)
     write_out(b);
 }
 
-void write_stats(int fd, tbuf *b, int at_end)
+/* The thread's counts since the last call, as K_STATS records (flush_lock held; g_writer_above.write_stats).
+   at_end: the tasks still open end at the thread's last record, unfinished. */
+static void write_stats(int fd, tbuf *b, int at_end)
 {
     agg_state *g = b->agg;
     g->fd = fd;
@@ -263,6 +264,8 @@ void trace_limit_load(void)
         unsigned long long bytes = strtoull(limit, &end, 10);
         if (*end == 0 && bytes != ULLONG_MAX) g_limit = bytes;
     }
+    g_writer_above.drain = drain;
+    g_writer_above.write_stats = write_stats;
 }
 
 void trace_limit_fork_child(void) { atomic_store(&g_capped, 0); }

@@ -29,17 +29,12 @@
 
 #pragma GCC visibility push(hidden)
 
-extern _Atomic uint64_t g_uncounted;        /* past the trace limit: tasks too deep, or met with no room */
-
-/* collector_load: AUTOITT_TRACE_LIMIT. */
+/* collector_load, before writer_load: AUTOITT_TRACE_LIMIT; registers drain and write_stats in writer.h's
+   g_writer_above. */
 void trace_limit_load(void);
-/* A forked child's file starts under the limit again. */
+/* A forked child's file starts under the limit again (process.c's fork_child). */
 void trace_limit_fork_child(void);
-/* Writes records [s, e) of b, or past the limit counts them; flush_lock held. */
-void drain(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal);
-/* The thread's counts since the last call, as K_STATS records (flush_lock held). at_end: the tasks still
-   open end at the thread's last record, unfinished. */
-void write_stats(int fd, tbuf *b, int at_end);
+/* drain and write_stats (static here) are reached through writer.h's g_writer_above only. */
 
 #pragma GCC visibility pop
 

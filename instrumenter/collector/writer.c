@@ -21,10 +21,6 @@
 #include <unistd.h>
 
 #include "writer.h"
-#include "process.h"
-#include "sampler.h"
-#include "tasks.h"
-#include "trace_limit.h"
 
 /* the contract this library was built from, among its bytes (format.h; tests/test_formats.py looks for it) */
 AUTOITT_FORMAT_DIGEST;
@@ -39,6 +35,10 @@ char g_dir[2 * PATH_MAX];
 tbuf *g_buffers;
 __thread tbuf *t_buf;
 _Atomic int g_exiting;
+uint32_t g_header_flags;
+_Atomic uint32_t g_task_epoch;
+_Atomic uint64_t g_uncounted;
+writer_above g_writer_above;
 
 /* name registry: every (kind, pointer, name) recorded, to repeat them in a forked child's file */
 typedef struct reg_entry { uint8_t kind; const void *ptr; char *name; } reg_entry;
@@ -308,7 +308,7 @@ void flush_own(tbuf *b)
     int fd = ensure_file(); /* before flush_lock: lock order is g_mutex, then flush_lock */
     pthread_mutex_lock(&b->flush_lock);
     uint32_t e = atomic_load_explicit(&b->pos, memory_order_relaxed);
-    if (fd >= 0 && e > b->start) drain(fd, b, b->start, e, 0);
+    if (fd >= 0 && e > b->start) g_writer_above.drain(fd, b, b->start, e, 0);
     b->start = CHDR;
     atomic_store_explicit(&b->pos, CHDR, memory_order_release);
     pthread_mutex_unlock(&b->flush_lock);
@@ -321,11 +321,11 @@ static void flush_published_locked(tbuf *b)
     uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
     if (e > b->start) {
         int fd = open_file_locked();
-        if (fd >= 0) drain(fd, b, b->start, e, 0);
+        if (fd >= 0) g_writer_above.drain(fd, b, b->start, e, 0);
         b->start = e;
     }
     int fd = atomic_load(&g_fd);
-    if (fd >= 0 && b->agg) write_stats(fd, b, atomic_load(&g_exiting));
+    if (fd >= 0 && b->agg) g_writer_above.write_stats(fd, b, atomic_load(&g_exiting));
     pthread_mutex_unlock(&b->flush_lock);
 }
 
@@ -416,7 +416,7 @@ __attribute__((noinline)) tbuf *attach_thread(void)
     pthread_mutex_unlock(&g_mutex);
     t_buf = b;
     if (g_key_ok) pthread_setspecific(g_key, b);
-    sampler_thread_attached(); /* sampler hook */
+    if (g_writer_above.thread_attached) g_writer_above.thread_attached(); /* sampler hook */
     return b;
 }
 
@@ -444,7 +444,6 @@ void writer_fork_child(void)
 {
     g_file_id = pick_file_id();
     atomic_store(&g_file_bytes, 0);
-    trace_limit_fork_child();
     int fd = atomic_load(&g_fd);
     if (fd >= 0) close(fd); /* our copy of the parent's descriptor */
     atomic_store(&g_fd, fd == -2 ? -2 : -1); /* opened again (as itt-<childpid>.bin) when needed */
@@ -471,9 +470,9 @@ void writer_flush_in_signal(void)
     for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {
         if (pthread_mutex_trylock(&b->flush_lock) != 0) continue;
         uint32_t e = atomic_load_explicit(&b->pos, memory_order_acquire);
-        if (e > b->start) drain(fd, b, b->start, e, 1);
+        if (e > b->start) g_writer_above.drain(fd, b, b->start, e, 1);
         b->start = e;
-        if (b->agg) write_stats(fd, b, 1);
+        if (b->agg) g_writer_above.write_stats(fd, b, 1);
         pthread_mutex_unlock(&b->flush_lock);
     }
     if (locked) pthread_mutex_unlock(&g_mutex);

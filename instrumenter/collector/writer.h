@@ -7,8 +7,8 @@
  * descriptor); pause, detach and exit write every thread's published records (flush_all).  The
  * collection state (g_state) is read with one relaxed load per ITT call.  Names (domains, string
  * handles, threads, notes) are written as soon as they are known and kept in a registry, to repeat them
- * at the top of a forked child's file.  Past the trace limit drain() counts instead of writing
- * (trace_limit.c).
+ * at the top of a forked child's file.  Buffers go to the file through drain(), which past the trace
+ * limit counts instead of writing (trace_limit.c, above the writer: registered in g_writer_above).
  *
  * Locks: g_mutex guards everything but the hot path (the buffer list, the registry, the file's opening);
  * each buffer's flush_lock is held while it is written out.  Lock order: the sampler's s_mutex, then
@@ -74,6 +74,10 @@ typedef struct tbuf {
 #pragma GCC visibility push(hidden)
 
 extern _Atomic int g_state;                 /* 0: collecting; else ST_* bits */
+extern _Atomic uint32_t g_task_epoch;       /* pauses so far (tasks.c's forget_open_tasks counts them; tasks.h) */
+extern uint32_t g_header_flags;             /* the trace file's header flags (F_START_PAUSED, F_TSC; process.c) */
+extern _Atomic uint64_t g_uncounted;        /* past the trace limit: tasks too deep, or met with no room
+                                               (trace_limit.c counts them, report_losses says so) */
 extern _Atomic int g_fd;                    /* -1: not open yet, -2: disabled */
 extern pthread_mutex_t g_mutex;             /* everything but the hot path */
 /* The number in this process image's file names (itt-<id>.bin, samples-<id>.bin) and headers: its pid,
@@ -87,6 +91,23 @@ extern _Atomic uint64_t g_file_bytes;      /* bytes written to the file so far (
 /* The room for the collector's descriptors, out of the program's low numbers (fd_out_of_the_way): */
 extern int s_fd_base;                       /* our descriptors go at or above it (-1: no room) */
 extern int s_fd_room;                       /* how many fit there */
+
+/* What the writer calls in the units above it, which register it at load (the writer calls no unit above
+ * it by name).  Each is set once, by a *_load that collector_load calls before any thread records or any
+ * handler can run, and never changed after; writer_flush_in_signal reads drain and write_stats in the
+ * fatal-signal handler: loading a pointer set before any signal and calling it is async-signal-safe (what
+ * is called keeps to its own signal-context rules, trace_limit.h).
+ *  - drain, write_stats: trace_limit.c (trace_limit_load, before writer_load: never null when a buffer is
+ *    written).  drain writes records [s, e) of b, or past the limit counts them; write_stats writes the
+ *    thread's counts since the last call as K_STATS records (b->agg set).  flush_lock held for both.
+ *  - thread_attached: sampler.c (sampler_load; null until then: nothing to tell).  A thread's first ITT
+ *    event, from attach_thread (not in a handler): it becomes ready to be sampled. */
+typedef struct writer_above {
+    void (*drain)(int fd, tbuf *b, uint32_t s, uint32_t e, int in_signal);
+    void (*write_stats)(int fd, tbuf *b, int at_end);
+    void (*thread_attached)(void);
+} writer_above;
+extern writer_above g_writer_above;
 
 /* collector_load: the folder (AUTOITT_TRACE_DIR), the file id, the room for descriptors, the thread key. */
 void writer_load(void);
