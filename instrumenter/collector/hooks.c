@@ -27,11 +27,12 @@
 #define H_FOREIGN_ALTSTACK_MIN (32u << 10)  /* a program's own altstack at least this big is kept */
 #define H_PATCHED_MAX 4096
 
+hooks_above g_hooks_above; /* the sampler's calls, set by sampler_load (hooks.h) */
+
 /* ------------------------------------------------------------------------- */
 /* Ready threads: an altstack installed, and their stack's bounds.          */
 
 #define H_CLAIMED 0xFFFFFFFFu
-hooks_above g_hooks_above;
 h_ready h_ready_threads[S_MAX_THREADS];
 static _Atomic int h_ready_top;    /* slots in use are below it */
 
