@@ -17,7 +17,6 @@ Standard library only, and no imports from the package: the build loads this fil
 
 from __future__ import annotations
 
-import hashlib
 import math
 import struct
 from dataclasses import dataclass
@@ -239,6 +238,8 @@ def digest() -> str:
     """A short hash of the whole contract. ``format.h`` defines it as ``FORMAT_DIGEST`` and each library built
     with the header keeps it in its bytes (``AUTOITT_FORMAT_DIGEST``): a library built from another version
     of this file does not hold this one's."""
+    import hashlib  # here: the build and the tests ask for it, the command line (which reads the limits) does not
+
     body = repr((sorted((k, repr(v)) for k, v in c_constants().items()),
                  [(layout.c_name, layout.fields) for layout in LAYOUTS]))
     return "autoitt-format-" + hashlib.sha256(body.encode()).hexdigest()[:16]
