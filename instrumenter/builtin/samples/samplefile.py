@@ -158,7 +158,6 @@ _HEADER, _RECORD, _INFO, _CODE, _STATS, _LOST, _CLOCK, _STACK_HEAD, _MAPS_HEAD, 
                                  formats.SAMPLES_CODE_HEAD, formats.SAMPLES_STATS, formats.SAMPLES_LOST,
                                  formats.SAMPLES_CLOCK, formats.SAMPLES_STACK_HEAD, formats.SAMPLES_MAPS_HEAD,
                                  formats.SAMPLES_THREAD_HEAD, formats.SAMPLES_RAW_TAIL))
-_NATIVE_SHIFT = formats.STACK_NATIVE_SHIFT
 R_INFO, R_REASON, R_CLOCK, R_THREAD, R_CODE, R_STACK, R_SAMPLES, R_RAW_SAMPLE, R_MAPS, R_STATS, R_END, R_LOST = (
     formats.SAMPLES_KINDS[k] for k in ("INFO", "REASON", "CLOCK", "THREAD", "CODE", "STACK", "SAMPLES", "RAW_SAMPLE",
                                        "MAPS", "STATS", "END", "LOST"))
@@ -168,7 +167,8 @@ HEADER_TSC, HEADER_FORKED = formats.SAMPLES_HEADER_FLAGS["TSC"], formats.SAMPLES
 SAMPLE = np.dtype(formats.SAMPLE.dtype_fields)
 
 # sample flags (see Sample flags)
-F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = formats.SAMPLE_FLAGS.values()
+F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = (
+    formats.SAMPLE_FLAGS[k] for k in ("PAUSED", "DETACHED", "INHERITED", "TASKS_OVERFLOW", "NO_STACK_MAP", "UNLOADING"))
 F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = (
     formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NOINFO", "FAILED"))
 F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = (
@@ -348,7 +348,7 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
                 batches.append(np.frombuffer(mv[p:p + length - length % SAMPLE.itemsize], SAMPLE).copy())
             elif kind == R_STACK:
                 stack_id, counts_word = _STACK_HEAD.unpack_from(data, p)
-                n_native, n_py = counts_word >> _NATIVE_SHIFT, counts_word & ((1 << _NATIVE_SHIFT) - 1)
+                n_native, n_py = divmod(counts_word, 1 << formats.STACK_NATIVE_SHIFT)
                 q = p + _STACK_HEAD.size
                 words = np.frombuffer(mv[q:q + 8 * (n_native + n_py)], "<u8")
                 stacks_by_id[stack_id] = (words[:n_native].copy(), words[n_native:].copy())
@@ -365,7 +365,7 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
                 raw.append(np.frombuffer(mv[p:p + SAMPLE.itemsize], SAMPLE).copy())
                 raw[-1]["stack"] = 1 << 31 | len(raw)
                 counts_word, _ = _RAW_TAIL.unpack_from(data, p + SAMPLE.itemsize)
-                n_native, n_py = counts_word >> _NATIVE_SHIFT, counts_word & ((1 << _NATIVE_SHIFT) - 1)
+                n_native, n_py = divmod(counts_word, 1 << formats.STACK_NATIVE_SHIFT)
                 words = np.frombuffer(mv[p + SAMPLE.itemsize + _RAW_TAIL.size:end], "<u8")[:n_native + n_py]
                 stacks_by_id[1 << 31 | len(raw)] = (words[:n_native].copy(), words[n_native:].copy())
             elif kind == R_INFO:
