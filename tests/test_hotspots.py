@@ -245,8 +245,11 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
     assert (tmp_path / "out" / "hotspots.folded").read_text().count("[step];") > 10
 
 
+# Lists, not numpy arrays: indexing an array runs a dozen numpy C functions per element (scalar boxing,
+# index preparation, float-status checks), each with about as much self time as the interpreter's loop, so
+# whether ``forward`` ranked in the top 8 was a coin toss on the machine's speeds (a CI run had it 9th).
 PURE_PYTHON = """\
-import numpy as np
+import random
 
 def forward(x, w):
     total = 0.0
@@ -254,9 +257,10 @@ def forward(x, w):
         total += x[i] * w[i % len(w)]
     return total
 
-w = np.random.rand(16)
+w = [random.random() for _ in range(16)]
+x = [random.random() for _ in range(100000)]
 for step in range(60):  # autoitt: step
-    forward(np.random.rand(4000), w)
+    forward(x, w)
 """
 
 
@@ -276,7 +280,7 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     top = [(row["function"], row["file"], row["line"]) for row in summary["hotspots"][:8]]
     assert {("forward", "train.py", 5), ("forward", "train.py", 6)} & set(top), top  # the loop or its body
     lines = {(row["file"], row["line"]) for row in summary["hotspot_lines"]}
-    assert {("train.py", 6), ("train.py", 11)} <= lines, lines
+    assert {("train.py", 6), ("train.py", 12)} <= lines, lines
     # and the step's phases and counters, as for a framework's loop: all of it is Python here
     (step,) = summary["steps"]
     phases = {name: phase["share"] for name, phase in step["phases"].items()}
