@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.conftest import SCRIPTS, script_id
-from transforms import instrument_source
+from transforms import Mode, instrument_source
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +25,13 @@ def _run(script, cwd):
     return subprocess.run([sys.executable, script.name], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.parametrize("torch_ops", ["all", "sampled"])
 @pytest.mark.parametrize("script", SCRIPTS, ids=script_id)
-def test_instrumented_copy_prints_the_same_output(script, tmp_path):
+def test_instrumented_copy_prints_the_same_output(script, torch_ops, tmp_path):
     original = tmp_path / script.name
     shutil.copy(script, original)
     copy = tmp_path / f"{script.stem}_itt.py"
-    copy.write_bytes(instrument_source(script.read_bytes(), script.name).output)
+    copy.write_bytes(instrument_source(script.read_bytes(), script.name, Mode(torch_ops=torch_ops)).output)
 
     expected = _run(original, tmp_path)
     actual = _run(copy, tmp_path)

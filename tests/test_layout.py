@@ -99,7 +99,10 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/launch/copies.py": set(),  # loaded by path by __main__.py
     "instrumenter/launch/site/sitecustomize.py": set(),
     "instrumenter/runtime/__init__.py": set(),
-    "instrumenter/runtime/collection.py": {"ittapi", "instrumenter.runtime.libraries", "instrumenter.runtime.closures"},
+    "instrumenter/runtime/collection.py": {"ittapi", "instrumenter.runtime.libraries", "instrumenter.runtime.closures",
+                                           "instrumenter.runtime.torch_ops"},
+    # torch is found in sys.modules (the script imported it), never imported
+    "instrumenter/runtime/torch_ops.py": set(),
     "instrumenter/runtime/window.py": {"ittapi", "instrumenter.runtime.collection", "instrumenter.runtime.libraries",
                                        "instrumenter.runtime.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path

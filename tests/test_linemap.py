@@ -44,7 +44,7 @@ def test_every_line_of_a_real_copy_is_an_original_line_or_an_inserted_one(script
 
 
 def test_the_lines_inserted_for_a_loop_show_as_the_loops_line():
-    result = instrument_source(STEP_LOOP, "train.py", Mode(torch_ops=False))
+    result = instrument_source(STEP_LOOP, "train.py", Mode(torch_ops="off"))
     copy = result.output.decode().splitlines()
     inserted = [n for n in range(1, len(copy) + 1) if result.line_map.is_inserted(n)]
     markers = [n for n in inserted if copy[n - 1].strip().startswith(("itt.", "try:", "finally:"))]

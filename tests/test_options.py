@@ -31,7 +31,7 @@ def test_torch_scripts_get_emit_itt_and_the_training_range():
 
 
 def test_no_torch_ops_leaves_emit_itt_out():
-    copy = _copy(TORCH_SCRIPT, Mode(torch_ops=False))
+    copy = _copy(TORCH_SCRIPT, Mode(torch_ops="off"))
     assert "emit_itt" not in copy and "range_push" not in copy
     assert 'itt.task_begin(_autoitt_domain, "step")' in copy
 

@@ -13,7 +13,8 @@ MODES = {
     "default": Mode(),
     "window": Mode(skip_steps=2, steps=3),
     "pt-regions": Mode(pt_regions=True),
-    "no-torch-ops": Mode(torch_ops=False),
+    "no-torch-ops": Mode(torch_ops="off"),
+    "sampled-torch-ops": Mode(torch_ops="sampled"),
 }
 
 

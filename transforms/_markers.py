@@ -11,7 +11,8 @@ like this, and like nothing else::
     from instrumenter.runtime.collection import Collection as _autoitt_Collection  # RUNTIME_MODULE (windowed:
                                                       # WINDOW_MODULE's CollectionWindow)
     # autoitt: instrumented copy of train.py; ...     # INSTRUMENTED_MARKER
-    itt = _autoitt_Collection(itt)                    # (itt = _autoitt_CollectionWindow(itt, skip_steps=N, ...))
+    itt = _autoitt_Collection(itt)                    # (itt = _autoitt_CollectionWindow(itt, skip_steps=N, ...);
+                                                      # --torch-ops sampled: Collection(itt, operators_in=(...)))
     _autoitt_domain = itt.domain_create("autoitt.train")
     [_autoitt_pt_0 = itt.pt_region_create("step")]
     ...
@@ -96,6 +97,8 @@ LIBRARY_TRAINING = ("fit", "train")
 LIBRARY_EVALUATION = ("evaluate", "validate", "test", "predict")
 LIBRARY_METHODS = LIBRARY_TRAINING + LIBRARY_EVALUATION
 LIBRARY_STEP = "step"
+#: ... and of the evaluation iterations a library's calls run (instrumenter.runtime.libraries.EVAL).
+LIBRARY_EVAL = "eval"
 #: A library call's region role -> the role its ``library(...)`` context is given, where the method's name
 #: does not say it (instrumenter.runtime.libraries.ROLES).
 LIBRARY_ROLES = {"train-call": "train", "eval": "eval"}
@@ -190,8 +193,13 @@ class Markers:
         return (f"{INSTRUMENTED_MARKER} copy of {shown}; "
                 f"the markers are the lines using {self.itt} and _autoitt_*")
 
-    def collection(self) -> str:
-        return f"{self.itt} = {self.runtime}({self.itt})"
+    def collection(self, operators_in: Tuple[str, ...] = ()) -> str:
+        """The ``itt`` binding; ``operators_in``: the iteration tasks whose sampled iterations record PyTorch's
+        operators (``--torch-ops sampled``)."""
+        if not operators_in:
+            return f"{self.itt} = {self.runtime}({self.itt})"
+        names = ", ".join(quote(s) for s in operators_in) + ("," if len(operators_in) == 1 else "")
+        return f"{self.itt} = {self.runtime}({self.itt}, operators_in=({names}))"
 
     def window(self, skip_steps: int, steps: Optional[int], step_tasks: Tuple[str, ...]) -> str:
         tasks = ", ".join(quote(s) for s in step_tasks) + ("," if len(step_tasks) == 1 else "")

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
+#: ``Mode.torch_ops``: every operator of training, those of a sample of the iterations, or none (the runtime's
+#: ``instrumenter.runtime.torch_ops.TORCH_OPS``; a test holds them equal).
+TORCH_OPS = ("all", "sampled", "off")
+
 #: VTune's anomaly-detection API accepts region ids 0..7 (ittnotify.h).
 MAX_PT_REGIONS = 8
 
@@ -14,8 +18,11 @@ class Mode:
     """How a script is instrumented.
 
     ``domain``: the ITT domain name; ``None`` derives ``autoitt.<script stem>``.
-    ``torch_ops``: wrap PyTorch training regions in ``emit_itt()`` so every
-    operator is a labelled task.
+    ``torch_ops``: PyTorch's operators as labelled tasks: ``all`` wraps training
+    regions in ``emit_itt()``; ``sampled`` has the runtime enter it for a sample
+    of the step and eval iterations (:mod:`instrumenter.runtime.torch_ops`), and
+    a copy with a collection window (``skip_steps``/``steps``) records all
+    of its few steps instead; ``off`` records none.
     ``skip_steps``/``steps``: the collection window, counted in step iterations
     across epochs (``steps=None`` collects to the end of the region).
     ``pt_regions``: also mark each step for VTune's anomaly detection.
@@ -31,7 +38,7 @@ class Mode:
     """
 
     domain: Optional[str] = None
-    torch_ops: bool = True
+    torch_ops: str = "all"
     skip_steps: int = 0
     steps: Optional[int] = None
     pt_regions: bool = False
@@ -40,10 +47,18 @@ class Mode:
     launched: bool = False
 
     def __post_init__(self) -> None:
+        if self.torch_ops not in TORCH_OPS:
+            raise ValueError(f"torch_ops must be one of {', '.join(TORCH_OPS)}")
         if self.skip_steps < 0:
             raise ValueError("skip_steps must be >= 0")
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be >= 1")
+
+    @property
+    def operators_sampled(self) -> bool:
+        """Whether the runtime records PyTorch's operators in a sample of the iterations: ``sampled``, unless a
+        collection window already bounds the steps collected."""
+        return self.torch_ops == "sampled" and not self.windowed
 
     @property
     def windowed(self) -> bool:

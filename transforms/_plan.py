@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ._detect import Detection, Note, Region
-from ._markers import (DOMAIN_VAR, ITT_NAMES, LAUNCHED_RUNTIME_PACKAGE, LIBRARY_METHODS, LIBRARY_ROLES, LIBRARY_STEP,
+from ._markers import (DOMAIN_VAR, ITT_NAMES, LAUNCHED_RUNTIME_PACKAGE, LIBRARY_EVAL, LIBRARY_METHODS, LIBRARY_ROLES,
+                       LIBRARY_STEP,
                        PT_REGION_VAR, RUNTIME_ALIASES, RUNTIME_CLASS, RUNTIME_PACKAGE, WINDOW_CLASS, Markers,
                        free_name)
 from ._mode import MAX_PT_REGIONS, Mode
@@ -74,6 +75,16 @@ class RegionTasks:
         return {"role": self.role, "label": self.label, "around": self.around, "each": self.each}
 
 
+def operator_iterations(tasks: Sequence[RegionTasks]) -> Tuple[str, ...]:
+    """The iteration tasks whose iterations ``--torch-ops sampled`` picks from (sorted): each step and eval
+    loop's iteration, and for a library call the library's own step and eval iterations. The copy names them
+    to its runtime, and the reader counts their iterations by the same rule."""
+    names = {t.each for t in tasks if t.role in ("step", "eval") and t.each is not None}
+    if any(t.each is None and t.role in LIBRARY_ROLES for t in tasks):
+        names.update((LIBRARY_STEP, LIBRARY_EVAL))
+    return tuple(sorted(names))
+
+
 @dataclass(frozen=True)
 class Plan:
     """Everything the rewriter inserts into one script, and what later stages need to know of it.
@@ -95,6 +106,9 @@ class Plan:
     notes: Tuple[Note, ...]
     #: compound statement ordinal -> ordinal past its subtree (from detection)
     spans: Mapping[int, int] = field(default_factory=dict, repr=False, compare=False)
+    #: ``--torch-ops sampled``: the iteration tasks whose sampled iterations record PyTorch's operators
+    #: (:func:`operator_iterations`); empty where the copy records every operator, or none
+    operators_in: Tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -151,7 +165,7 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
                                     "own ITT markers"))
             mode = dataclasses.replace(mode, skip_steps=0, steps=None)
     torch_ref = None
-    if detection.uses_torch and mode.torch_ops:
+    if detection.uses_torch and mode.torch_ops != "off":
         if detection.torch_profiler is not None:
             notes.append(detection.torch_profiler)
         elif not detection.torch_names:
@@ -177,17 +191,22 @@ def make_plan(detection: Detection, mode: Mode, source_name: str, script_stem: s
              for region in regions]
 
     header: List[str] = []
+    operators_in: Tuple[str, ...] = ()
     if mode.windowed:
         steps = step_labels(regions)
         header.append(markers.window(mode.skip_steps, mode.steps, steps))
         if not steps:
             notes.append(Note(None, "no step loop found: the collection window (--skip-steps/--steps) never opens"))
     else:
-        header.append(markers.collection())
+        # sampled operators: the runtime enters emit_itt per picked iteration (never where the script's own
+        # markers decide collection: as emit_itt, it is left out of a copy instrumented by hand)
+        if mode.operators_sampled and markers.torch is not None and not detection.by_hand:
+            operators_in = operator_iterations([RegionTasks.of(r) for r in regions])
+        header.append(markers.collection(operators_in))
     header.append(markers.domain_create(domain))
     header.extend(markers.pt_region_create(var, label) for label, var in pt_vars.items())
     return Plan(source_name, domain, regions, tuple(edits), markers, markers.imports(mode.windowed), tuple(header),
-                markers.header_comment(source_name), tuple(notes), detection.spans)
+                markers.header_comment(source_name), tuple(notes), detection.spans, operators_in)
 
 
 def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: bool, mode: Mode) -> Edit:
@@ -207,7 +226,8 @@ def _edit(region: Region, markers: Markers, pt_var: Optional[str], controls: boo
     before.extend(task_before)
     contexts: List[str] = []
     if controls and markers.torch:
-        contexts.append(markers.emit_itt())
+        if not mode.operators_sampled:  # sampled: the runtime enters emit_itt per picked iteration instead
+            contexts.append(markers.emit_itt())
         if not mode.windowed:
             # The recipe's own range, on the PyTorch domain; in windowed mode it
             # would begin while collection is paused, so it is left out.

@@ -51,6 +51,9 @@ class BuiltinBackend(Backend):
         own = job.options.builtin
         env.update(environment(job.folder / TRACE_SUBDIR, job.instrumentation.start_paused, own.trace_limit,
                                own.sample_hz, job.instrumentation.domains))
+        sampling = job.options.operator_sampling
+        if sampling is not None:  # the copies' runtime reads it (without it, the default policy)
+            env.update(sampling.environment())
         started, started_at = time.perf_counter(), time.time()
         before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.

@@ -24,6 +24,7 @@ from .option_groups import (VTUNE_FLAGS, sample_rate_option, trace_limit_option,
                           vtune_options)
 from ..profile.console import printable
 from ..profile.options import BACKENDS, BuiltinOptions, VTuneOptions
+from ..runtime.torch_ops import DEFAULT_EVERY, TORCH_OPS
 from .tally import Tally
 
 _EPILOG = """\b
@@ -111,8 +112,14 @@ def _mode_options(command):
     for option in reversed([
         click.option("--domain", metavar="NAME", callback=_parse_domain,
                      help="ITT domain for the markers. Default: autoitt.<script stem>."),
-        click.option("--no-torch-ops", is_flag=True,
-                     help="Do not wrap PyTorch training in torch.autograd.profiler.emit_itt() (no per-operator tasks)."),
+        click.option("--torch-ops", type=click.Choice(TORCH_OPS), default=None,
+                     help="PyTorch's operators as ITT tasks (torch.autograd.profiler.emit_itt()): all, in every step; "
+                          f"sampled, in the steps --trace-steps names (2-11) and every {DEFAULT_EVERY}th step and "
+                          "eval iteration, so that small operators cost the run little (phases and the operator "
+                          "table then come from those steps, scaled); off, none. Default: sampled for profile "
+                          "with the built-in collector; all for instrument and for VTune, whose reports cannot be "
+                          "scaled."),
+        click.option("--no-torch-ops", is_flag=True, hidden=True, help="The same as --torch-ops off."),
         click.option("--skip-steps", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
                      help="Start collecting at step N+1 (steps counted across epochs), leaving warm-up out."),
         click.option("--steps", type=click.IntRange(min=1), default=None, metavar="M",
@@ -126,10 +133,19 @@ def _mode_options(command):
     return command
 
 
-def _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles):
+def _torch_ops(torch_ops: Optional[str], no_torch_ops: bool, default: str) -> str:
+    """``--torch-ops`` as given, ``off`` for the older ``--no-torch-ops``, else ``default``."""
+    if no_torch_ops:
+        if torch_ops not in (None, "off"):
+            raise click.UsageError(f"--no-torch-ops and --torch-ops {torch_ops} contradict each other")
+        return "off"
+    return torch_ops or default
+
+
+def _mode(domain, torch_ops, skip_steps, steps, pt_regions, labels, roles):
     from transforms import Mode
 
-    return Mode(domain=domain, torch_ops=not no_torch_ops, skip_steps=skip_steps, steps=steps,
+    return Mode(domain=domain, torch_ops=torch_ops, skip_steps=skip_steps, steps=steps,
                 pt_regions=pt_regions, labels=labels, roles=roles)
 
 
@@ -167,7 +183,8 @@ def cli() -> None:
 @click.option("--color/--no-color", default=None, help="Colour the diff. Default: when printing to a terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 def instrument(script: Path, output: Optional[str], in_place: bool, force: bool, show_diff: bool,
-               diff_style: str, check: bool, domain: Optional[str], no_torch_ops: bool, skip_steps: int,
+               diff_style: str, check: bool, domain: Optional[str], torch_ops: Optional[str], no_torch_ops: bool,
+               skip_steps: int,
                steps: Optional[int], pt_regions: bool, labels: Tuple[Tuple[int, str], ...],
                roles: Tuple[Tuple[int, str], ...], color: Optional[bool], quiet: bool) -> None:
     """Write a copy of SCRIPT with ITT markers around its training loops.
@@ -198,7 +215,7 @@ def instrument(script: Path, output: Optional[str], in_place: bool, force: bool,
         from .copies import instrument as write_copies
         from ..sources.files import WriteBack
 
-        mode = _mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles)
+        mode = _mode(domain, _torch_ops(torch_ops, no_torch_ops, "all"), skip_steps, steps, pt_regions, labels, roles)
         tally = Tally(check=check, quiet=quiet)
         write_back = WriteBack.from_flags(check=check, diff=show_diff, in_place=in_place)
         _run_guarded(tally, lambda: write_copies(tally, script, mode, write_back, output=output, in_place=in_place,
@@ -299,7 +316,8 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
 @vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
             trace_steps, trace_limit: Optional[int], sample_rate: int, verbose: bool,
-            domain: Optional[str], no_torch_ops: bool, skip_steps: int, steps: Optional[int], pt_regions: bool,
+            domain: Optional[str], torch_ops: Optional[str], no_torch_ops: bool, skip_steps: int,
+            steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],
             sampling_mode: str, data_limit: int, vtune_args: Tuple[str, ...], launcher: Tuple[str, ...]) -> None:
     """Instrument SCRIPT into a result folder, run it, and show where training time goes.
@@ -331,8 +349,10 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
     from ..profile.options import ProfileOptions
 
     context = click.get_current_context()
+    ops = _torch_ops(torch_ops, no_torch_ops, "sampled")
     options = ProfileOptions(
-        mode=_mode(domain, no_torch_ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
+        mode=_mode(domain, ops, skip_steps, steps, pt_regions, labels, roles), backend=backend,
+        torch_ops_given=torch_ops is not None or no_torch_ops,
         result_dir=result_dir, json_output=as_json, launcher=launcher,
         builtin=BuiltinOptions(**({"trace_steps": trace_steps} if trace_steps is not None else {}),
                                trace_limit=trace_limit, sample_hz=sample_rate),

@@ -95,6 +95,9 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     problem = vtune_launcher_problem(options.launcher) if backend.name == VTuneBackend.name else None
     if problem:
         raise SourceError(options.launcher[0], f"--launcher: {problem}")
+    if not options.torch_ops_given and backend.name == VTuneBackend.name and options.mode.torch_ops == "sampled":
+        # VTune's reports count what was recorded, and cannot be scaled from a sample of the steps
+        options = dataclasses.replace(options, mode=dataclasses.replace(options.mode, torch_ops="all"))
     # The copies run under autoitt's launcher, which provides the runtime they import (see Mode.launched).
     project = load_project(script, dataclasses.replace(options.mode, launched=True))
     existed = options.result_dir is not None and options.result_dir.is_dir()
@@ -108,7 +111,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
         command = launch.command(script, args, folder / INSTRUMENTATION_FILE)
         record = RunRecord(script=str(script), copy=str(copy), args=list(args), backend=backend.name,
                            command=command, notes=notes, trace_steps=options.builtin.trace_steps.text,
-                           first_step=options.mode.skip_steps + 1)
+                           first_step=options.mode.skip_steps + 1,
+                           operator_sampling=sampling.to_json() if (sampling := options.operator_sampling) else None)
         record.save(folder)  # before the run, so a run that never ends can still be reported
     except (OSError, OutputError) as exc:
         # A full disk (or quota) before the run: nothing half written stays behind the error.
@@ -243,6 +247,7 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       step_labels=result.step_labels,
                       runtime=result.plan.runtime if result.outcome is Outcome.INSTRUMENTED else (),
                       tasks=result.plan.tasks if result.outcome is Outcome.INSTRUMENTED else (),
+                      operators_in=result.plan.operators_in if result.outcome is Outcome.INSTRUMENTED else (),
                       sha256=digest(item.kind.data), regions=tuple(item.kind.region_json(r) for r in result.regions),
                       line_map=result.line_map,
                       frameworks=tuple(name for name, used in (("torch", result.detection.uses_torch),

@@ -33,7 +33,9 @@ Format (version 1), a JSON object::
         "program": null,                   # a notebook: its code cells as one Python file, whose lines
                                            # line_map maps to (and tracebacks show)
         "cells": null,                     # a notebook: [[first program line, cell index, cell id], ...]
-        "frameworks": ["torch"]}]}         # what it imports of torch, tensorflow (keras counts as tensorflow)
+        "frameworks": ["torch"],           # what it imports of torch, tensorflow (keras counts as tensorflow)
+        "operators_in": ["eval", "step"]}]}  # --torch-ops sampled: the iteration tasks whose sampled
+                                           # iterations record PyTorch's operators (else [])
 
 ``line_map`` maps lines of ``runs`` to lines of ``path`` (of ``program``, for a notebook); see
 :class:`transforms.LineMap` (every line not listed in ``inserted`` is the next
@@ -81,6 +83,7 @@ class FileRecord:
     cells: Optional[Tuple[Tuple[int, int, Optional[str]], ...]] = None
     frameworks: Tuple[str, ...] = ()
     tasks: Tuple[RegionTasks, ...] = ()
+    operators_in: Tuple[str, ...] = ()
 
     @property
     def instrumented(self) -> bool:
@@ -93,7 +96,8 @@ class FileRecord:
                 "runtime": list(self.runtime), "sha256": self.sha256, "regions": list(self.regions),
                 "line_map": self.line_map.to_json(), "program": self.program,
                 "cells": [list(cell) for cell in self.cells] if self.cells is not None else None,
-                "frameworks": list(self.frameworks), "tasks": [task.to_json() for task in self.tasks]}
+                "frameworks": list(self.frameworks), "tasks": [task.to_json() for task in self.tasks],
+                "operators_in": list(self.operators_in)}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
@@ -103,7 +107,8 @@ class FileRecord:
                    runtime=tuple(data["runtime"]), sha256=data["sha256"], regions=tuple(data["regions"]),
                    line_map=LineMap.from_json(data["line_map"]), program=data.get("program"),
                    cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None,
-                   frameworks=tuple(data.get("frameworks", ())), tasks=_tasks(data))
+                   frameworks=tuple(data.get("frameworks", ())), tasks=_tasks(data),
+                   operators_in=tuple(data.get("operators_in", ())))
 
     def place(self, line: int) -> Place:
         """Where a line of ``path`` (of ``program``, for a notebook) is in the file: its cell and line in it, as
@@ -156,6 +161,12 @@ class Instrumentation:
     @property
     def step_labels(self) -> List[str]:
         return sorted({label for f in self.files for label in f.step_labels})
+
+    @property
+    def operators_in(self) -> List[str]:
+        """The iteration tasks whose sampled iterations recorded PyTorch's operators (``--torch-ops
+        sampled``), every file's; empty where every operator was recorded, or none."""
+        return sorted({name for f in self.files for name in f.operators_in})
 
     @property
     def tasks(self) -> List[RegionTasks]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from ..collector import formats
+from ..runtime.torch_ops import OperatorSampling
 
 if TYPE_CHECKING:  # the CLI imports these options to build its help; transforms is not needed for that
     from transforms import Mode
@@ -122,3 +123,16 @@ class ProfileOptions:
     json_output: bool = False
     builtin: BuiltinOptions = field(default_factory=BuiltinOptions)
     vtune: VTuneOptions = field(default_factory=VTuneOptions)
+    #: whether ``--torch-ops`` was given; if not, ``mode.torch_ops`` is the built-in backend's default
+    #: (``sampled``), and a VTune run records every operator instead (its reports cannot be scaled)
+    torch_ops_given: bool = True
+
+    @property
+    def operator_sampling(self) -> Optional[OperatorSampling]:
+        """Which iterations record PyTorch's operators (``--torch-ops sampled``), else None: those of
+        ``--trace-steps``' ranges (so the timeline's window has them), and every
+        :data:`~instrumenter.runtime.torch_ops.DEFAULT_EVERY`-th; with ``--trace-steps all``, every one."""
+        if not self.mode.operators_sampled:
+            return None
+        window = self.builtin.trace_steps
+        return OperatorSampling(every=1, ranges=()) if window.everything else OperatorSampling(ranges=window.ranges)

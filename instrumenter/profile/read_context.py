@@ -16,6 +16,7 @@ from typing import Optional, Tuple
 
 from transforms import RegionTasks
 
+from ..runtime.torch_ops import OperatorSampling
 from .step_window import AUTO, StepWindow
 from .instrumentation import Instrumentation
 from .results import RunRecord
@@ -40,6 +41,11 @@ class ReadContext:
     elapsed_s: Optional[float]
     #: ``--trace-steps``: the steps whose every task trace.json keeps (built-in backend)
     trace_steps: StepWindow = AUTO
+    #: ``--torch-ops sampled``: which iterations of :attr:`operators_in` recorded PyTorch's operators; None
+    #: where every iteration did (or none, or no copy sampled: a script without PyTorch)
+    operator_sampling: Optional[OperatorSampling] = None
+    #: the iteration tasks whose sampled iterations recorded PyTorch's operators (empty: see above)
+    operators_in: Tuple[str, ...] = ()
 
     @classmethod
     def of(cls, instrumentation: Instrumentation, record: RunRecord,
@@ -52,9 +58,18 @@ class ReadContext:
                    step_labels=tuple(instrumentation.step_labels), domains=tuple(instrumentation.domains),
                    first_step=record.first_step, tasks=tuple(instrumentation.tasks),
                    elapsed_s=record.elapsed_s if ended else None,
-                   trace_steps=trace_steps if trace_steps is not None else StepWindow.parse(record.trace_steps))
+                   trace_steps=trace_steps if trace_steps is not None else StepWindow.parse(record.trace_steps),
+                   **_operator_sampling(instrumentation, record))
 
     @property
     def ended(self) -> bool:
         """Whether ``run.json`` recorded the run's end (its exit code and elapsed time)."""
         return self.elapsed_s is not None
+
+
+def _operator_sampling(instrumentation: Instrumentation, record: RunRecord) -> dict:
+    """The policy the run sampled operators with, where a copy did (a script without PyTorch samples none)."""
+    names = tuple(instrumentation.operators_in)
+    if not names or not record.operator_sampling:
+        return {}
+    return {"operator_sampling": OperatorSampling.from_json(record.operator_sampling), "operators_in": names}

@@ -17,7 +17,7 @@ import io
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Dict, List, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, List, Optional, TypeVar, Union
 
 from transforms import SourceError
 
@@ -52,6 +52,9 @@ class RunRecord:
     first_step: int = 1
     #: the machine's other work during the run (:func:`instrumenter.profile.machine.during`); None: not read
     machine: Optional[Dict[str, float]] = None
+    #: ``--torch-ops sampled``: which iterations recorded PyTorch's operators
+    #: (:meth:`~instrumenter.runtime.torch_ops.OperatorSampling.to_json`); None: every one did, or none
+    operator_sampling: Optional[Dict[str, Any]] = None
 
     def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None,
               machine: Optional[Dict[str, float]] = None) -> "RunRecord":

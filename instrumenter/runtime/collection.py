@@ -10,6 +10,9 @@ The copy's markers stay the recipe's calls (``itt.resume()``,
   training (a pause is global: VTune's and autoitt's collector alike);
 * an optimizer's closure becomes a task (:mod:`instrumenter.runtime.closures`), so the
   phases tell the forward and backward it runs from the optimizer's update;
+* with ``operators_in`` (a copy made with ``--torch-ops sampled``), PyTorch's
+  operators are recorded in a sample of those iterations only
+  (:mod:`instrumenter.runtime.torch_ops`);
 * a task name's ITT string handle is made once. ``ittapi.compat.task_begin``
   makes one per call and never gives its memory back: about 31 bytes a call,
   600 MB over 20 M steps.
@@ -23,7 +26,7 @@ imports anyway), and only when first used.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
 
 from .closures import install as install_closures
 
@@ -46,10 +49,17 @@ def task_begin(domain: Any, name: str) -> None:
 
 
 class Collection:
-    """``ittapi.compat`` with collection counted across the process's regions, and string handles made once."""
+    """``ittapi.compat`` with collection counted across the process's regions, and string handles made once;
+    ``operators_in``: the iteration tasks whose sampled iterations record PyTorch's operators."""
 
-    def __init__(self, itt: Any) -> None:
+    def __init__(self, itt: Any, operators_in: Iterable[str] = ()) -> None:
         self._itt = itt
+        self._operators = None
+        if operators_in:
+            from .torch_ops import toggle
+
+            self._operators = toggle()
+            self._operators.add(operators_in)
 
     def resume(self) -> None:
         """A training region starts: collection resumes if it is the only one running."""
@@ -72,8 +82,12 @@ class Collection:
 
     def task_begin(self, domain: Any, name: str) -> None:
         task_begin(domain, name)
+        if self._operators is not None:
+            self._operators.begin(name)  # after the task began: the operators are the iteration's children
 
     def task_end(self, domain: Any) -> None:
+        if self._operators is not None:
+            self._operators.end()
         self._itt.task_end(domain)
 
     def domain_create(self, name: Optional[str] = None) -> Any:

@@ -71,7 +71,7 @@ def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir
     if verbose or not summary.steps:
         _render_domains(summary, console, own_domain, all_domains=verbose)
     for step in summary.steps:
-        _render_steps(step, console)
+        _render_steps(step, console, summary.operator_sampling)
         _render_counters(summary.counters.get(step.label), step.label, console)
     _render_evaluations(summary, console, instrumentation)
     _render_ranks(summary, console)
@@ -113,7 +113,7 @@ def _render_domains(summary: BuiltinSummary, console: Console, own_domain: Optio
         console.print(rows_table)
 
 
-def _render_steps(step: StepStats, console: Console) -> None:
+def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = None) -> None:
     """One step loop: its time, warm-up and steady state, then its phases as bars."""
     steady = step.steady_median_s or step.median_s  # a summary saved before warm-up was detected
     if step.warmup_steps:
@@ -145,6 +145,8 @@ def _render_steps(step: StepStats, console: Console) -> None:
     if not step.phases:
         return
     over = f"its {step.phase_steps} steady steps" if step.phase_steps else "every step"
+    if sampled is not None and step.label in sampled["tasks"]:
+        over += " that recorded their operators"
     grid = table(f"Phases of `{literal(step.label)}` over {over} (data: waiting for the batch)",
                  ("phase", "per step", "share", "of the step loop's time"))
     grid.min_width = len(grid.title) + 2
@@ -205,6 +207,9 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
         return
     thread_time = summary.thread_time_s
     shown = "" if len(operators) == len(summary.operators) else f", top {len(operators)}"
+    sampled = summary.operator_sampling
+    if sampled is not None:
+        shown += f", x{sampled['scale']:.3g} from the iterations that recorded them"
     rows_table = table(f"Top PyTorch operators by self time, oneDNN included{shown}",
                        ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
     for op in operators:
@@ -212,6 +217,11 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
         rows_table.add_row(literal(op.name), str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
                            f"{own / thread_time:.1%}" if thread_time else "")
     console.print(rows_table)
+    if sampled is not None:
+        console.print(f"[dim]operators recorded in {sampled['recorded']} of {sampled['iterations']} iterations of "
+                      f"{literal(', '.join(sampled['tasks']))} ({literal(sampled['rule'])}: --torch-ops sampled); "
+                      f"counts and times are scaled by {sampled['scale']:.3g} to the whole run, and the phases "
+                      "are those of the steps that recorded them. --torch-ops all records every one[/dim]")
 
 
 def _where(spot: Hotspot) -> str:
@@ -293,7 +303,7 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
     cost = sampling.get("profiling_cpu_s") or 0
     if collected and cost >= 0.005 * collected:
         console.print(f"  profiling's own cost: {duration(cost)} of that CPU time ({cost / collected:.1%}): autoitt's "
-                      "markers and collector, and PyTorch's ITT ranges (emit_itt; --no-torch-ops leaves them out)")
+                      "markers and collector, and PyTorch's ITT ranges (emit_itt; --torch-ops off leaves them out)")
     lines = summary.hotspot_lines if verbose else summary.hotspot_lines[:_TOP_LINES]
     if lines:
         console.print(_lines_table("Your code: the lines the sampled CPU time was in (the innermost of yours on "

@@ -40,7 +40,7 @@ children, and the children of what is looked through:
   ``optimizer`` is the optimizer's own update).
 
 A step whose tasks are none of forward, backward or optimizer (no operator
-tasks: ``--no-torch-ops``, TensorFlow, whose oneDNN tasks run on its own
+tasks: ``--torch-ops off``, TensorFlow, whose oneDNN tasks run on its own
 threads) gets ``compute`` for all its tasks instead, and for the time the
 step spent while a framework task ran on another thread of its process
 (TensorFlow's thread pool), taken from ``python``; where the run was sampled,

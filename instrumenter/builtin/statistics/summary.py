@@ -168,6 +168,11 @@ class BuiltinSummary(Summary):
     counters: Dict[str, Dict[str, float]] = field(default_factory=dict)
     #: why hardware counters were not read, and other notes of the collector on counting
     counter_notes: List[str] = field(default_factory=list)
+    #: ``--torch-ops sampled``: ``rule`` (which iterations recorded PyTorch's operators), ``every``,
+    #: ``ranges``, ``tasks`` (the iteration tasks sampled), ``iterations`` (of those tasks, run-wide), ``recorded`` (those that recorded them) and
+    #: ``scale`` (iterations / recorded: what ``operators``' counts and times are multiplied by); None where
+    #: every iteration recorded them (or none did)
+    operator_sampling: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> dict:
         """Statistics only, so it stays small however long the run (step durations are left out); ``vtune``

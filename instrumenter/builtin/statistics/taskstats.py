@@ -10,7 +10,7 @@ are seconds in the output, nanoseconds inside.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from .aggregate import Aggregates, Intervals
 from .intervals import merged, overlapping
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 from .summary import BuiltinSummary, StepStats, TaskStats
+from ...runtime.torch_ops import OperatorSampling
 
 if TYPE_CHECKING:
     from ...profile.read_context import ReadContext
@@ -91,28 +92,34 @@ def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
         ids = _step_ids(groups, label, context.domains)
         if not ids:
             continue
-        mask = np.isin(kept.group, ids) & kept.finished
+        loop = np.isin(kept.group, ids)
+        mask = loop & kept.finished
         nanoseconds = kept.end[mask]
         np.subtract(nanoseconds, kept.start[mask], out=nanoseconds)  # in place: a run may have millions
-        del mask
         if not len(nanoseconds):
             continue
-        last = len(nanoseconds) - 1
+        timed = _undisturbed(kept, loop, mask, context if label in context.operators_in else None)
+        durations = nanoseconds.astype(np.float32) / np.float32(1e9)  # the plot's: 4 bytes a step
+        first, count = float(nanoseconds[0]) / 1e9, len(nanoseconds)
+        del mask, loop
+        # the duration statistics are of the steps that ran as without autoitt's operator recording: all of
+        # them, or with --torch-ops sampled those that did not record their operators (when some did not)
+        times = nanoseconds[timed] if timed is not None else nanoseconds
+        last = len(times) - 1
         at_p95 = min(last, int(round(0.95 * last)))
         at = sorted({last // 2, (last + 1) // 2, at_p95})
-        ordered = dict(zip(at, np.partition(nanoseconds, at)[at].tolist()))  # those ranks only: no full sort
+        ordered = dict(zip(at, np.partition(times, at)[at].tolist()))  # those ranks only: no full sort
         p95 = ordered[at_p95] / 1e9
         median = (ordered[last // 2] + ordered[(last + 1) // 2]) / 2e9
-        durations = nanoseconds.astype(np.float32) / np.float32(1e9)  # the plot's: 4 bytes a step
-        first, total = float(nanoseconds[0]) / 1e9, int(nanoseconds.sum()) / 1e9
-        count, mean = len(nanoseconds), total / len(nanoseconds)
-        warm = warmup(nanoseconds)
+        mean = int(times.sum()) / 1e9 / len(times)
+        warm = warmup(nanoseconds if timed is None else _relative(nanoseconds, timed))
         warm_s = int(nanoseconds[:warm].sum()) / 1e9
-        after = nanoseconds[warm:]
-        steady = (total - warm_s) / len(after)
+        skip = int(timed[:warm].sum()) if timed is not None else warm
+        after = times[skip:] if skip < len(times) else times[-1:]
+        steady = int(after.sum()) / 1e9 / len(after)
         steady_median = float(np.median(after)) / 1e9
         steady_p95 = float(np.percentile(after, 95, method="closest_observation")) / 1e9
-        del nanoseconds, after
+        del nanoseconds, after, times
         if totals is not None:
             count = int(totals.count[ids].sum())
             total_s = int(totals.sum_ns[ids].sum()) / 1e9
@@ -125,6 +132,30 @@ def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
             steady_p95_s=steady_p95, durations_s=durations,
         ))
     return result
+
+
+def _undisturbed(kept: Intervals, loop: np.ndarray, finished: np.ndarray, context: Optional[ReadContext]
+                 ) -> Optional[np.ndarray]:
+    """Per finished step (``finished``: a mask of ``kept``, within the mask ``loop`` of the loop's steps),
+    whether it ran without recording its operators, where the run sampled them (``context``'s rule) and some
+    steps did not record them; else None (every step counts alike)."""
+    if context is None or context.operator_sampling is None:
+        return None
+    where = np.flatnonzero(loop)
+    quiet = ~recorded(context.operator_sampling, iteration_numbers(kept, where))[finished[where]]
+    # a short run is mostly the recorded window (steps 2-11 of 15): its steps are what there is to time
+    return quiet if 2 * int(quiet.sum()) > len(quiet) else None
+
+
+def _relative(nanoseconds: np.ndarray, timed: np.ndarray) -> np.ndarray:
+    """Each step's duration over the steady median of its kind (steps that recorded their operators, steps
+    that did not), so that :func:`warmup` finds where both settled: a recorded step is slower, not warm."""
+    out = nanoseconds.astype(np.float64)
+    for kind in (timed, ~timed):
+        if kind.any():
+            mine = out[kind]
+            out[kind] = mine / max(float(np.median(mine[len(mine) // 2:])), 1.0)
+    return out
 
 
 def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], context: ReadContext,
@@ -144,14 +175,21 @@ def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], cont
 
 
 def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[Iterable[str]],
-                step_labels: Iterable[str]) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
+                step_labels: Iterable[str], sampling: Optional[OperatorSampling] = None
+                ) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
     """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over the steps after the
     warm-up (the first ``warm``) whose tasks were kept: all of them, or those of the timeline's window in a
     run of more than a million tasks; and what was measured (how many steps, the oneDNN primitives created
-    in them)."""
+    in them). ``sampling``: the steps recorded their operators by this rule (``--torch-ops sampled``): only
+    those that did are measured, after their own warm-up (recording makes them slower than the others, so
+    the loop's warm-up, found on the others, would take the first ones recorded for warm-up)."""
     kept = found.kept
     loop = np.flatnonzero(np.isin(kept.group, ids))
-    chosen = loop[kept.finished[loop]][warm:]
+    finished = kept.finished[loop]
+    chosen = loop[finished][warm:]
+    if sampling is not None:
+        picked = loop[finished][recorded(sampling, iteration_numbers(kept, loop))[finished]]
+        chosen = picked[warmup(kept.end[picked] - kept.start[picked]):]
     tasks = kept
     if not found.kept_everything:
         inside = np.zeros(len(chosen), np.bool_)
@@ -173,12 +211,62 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
              for name, ns in measured.nanoseconds.items()}, measured)
 
 
+def iteration_numbers(kept: Intervals, loop: np.ndarray) -> np.ndarray:
+    """Per instance ``loop`` indexes in ``kept``, its iteration in its process (1-based, in the order they
+    began on any thread): what the runtime counted when it picked iterations to record operators in."""
+    pids, starts = kept.pid[loop], kept.start[loop]
+    order = np.lexsort((starts, pids))
+    ordered = pids[order]
+    numbers = np.empty(len(loop), np.int64)
+    numbers[order] = np.arange(len(loop)) - np.searchsorted(ordered, ordered, side="left") + 1
+    return numbers
+
+
+def recorded(sampling: OperatorSampling, numbers: np.ndarray) -> np.ndarray:
+    """Which iterations ``numbers`` recorded their operators (:meth:`OperatorSampling.recorded`, for arrays)."""
+    picked = numbers % sampling.every == 0
+    for first, last in sampling.ranges:
+        picked |= (numbers >= first) & (numbers <= last)
+    return picked
+
+
+def operator_scale(a: Aggregates, context: ReadContext) -> Optional[Dict[str, Any]]:
+    """``--torch-ops sampled``: how many iterations of the sampled tasks ran and how many recorded their
+    operators (per process, by the runtime's rule), and the factor that scales what they recorded to the whole
+    run; None where every iteration recorded them."""
+    sampling = context.operator_sampling
+    if sampling is None:
+        return None
+    iterations = picked = 0
+    for name in context.operators_in:  # the runtime counts each iteration task's own, in each process
+        ids = _step_ids(a.groups, name, context.domains)
+        if a.limited:  # the kept instances stop at the trace limit: the whole run's count, as one process's
+            counts = [int(a.count[ids].sum())] if ids else []
+        else:
+            counts = np.unique(a.kept.pid[np.isin(a.kept.group, ids)], return_counts=True)[1].tolist()
+        iterations += sum(counts)
+        picked += sum(sampling.count(n) for n in counts)
+    return {"rule": sampling.describe(), **sampling.to_json(), "tasks": list(context.operators_in),
+            "iterations": iterations,
+            "recorded": picked, "scale": iterations / picked if picked else 1.0}
+
+
+def _scaled(op: TaskStats, scale: float) -> TaskStats:
+    """An operator's statistics over the recorded iterations, scaled to the whole run: its count and times;
+    its mean, extremes and percentiles are those of the calls recorded."""
+    return replace(op, count=int(round(op.count * scale)), total_s=op.total_s * scale, self_s=op.self_s * scale,
+                   self_with_library_s=op.self_with_library_s * scale, share=op.share * scale)
+
+
 def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> BuiltinSummary:
     """The summary of a run from its aggregates: its tasks, steps and operators (the reading adds the rest)."""
     a = aggregates
     stats = task_stats(a)
     operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)),
                        key=lambda s: -s.self_with_library_s)[:top]
+    sampled = operator_scale(a, context)
+    if sampled is not None:
+        operators = [_scaled(op, sampled["scale"]) for op in operators]
     warnings = list(a.warnings)
     if a.unfinished:
         warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them, or its trace ends there); "
@@ -195,6 +283,7 @@ def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> Bu
         operators=operators,
         unfinished=a.unfinished,
         warnings=warnings,
+        operator_sampling=sampled,
     )
 
 
@@ -223,8 +312,9 @@ def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Inter
 
 def _with_phases(a: Aggregates, step: StepStats, context: ReadContext) -> StepStats:
     first_step = context.first_step
+    sampling = context.operator_sampling if step.label in context.operators_in else None
     found, measured = step_phases(a, _step_ids(a.groups, step.label, context.domains), step.warmup_steps,
-                                  context.domains, context.step_labels)
+                                  context.domains, context.step_labels, sampling)
     if measured is None:
         return replace(step, first_step=first_step)
     return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,

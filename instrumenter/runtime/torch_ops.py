@@ -1,0 +1,192 @@
+"""PyTorch's operators recorded in a sample of the steps (``--torch-ops sampled``), not in every step.
+
+Under ``torch.autograd.profiler.emit_itt()`` every operator is an ITT task, and
+PyTorch's own per-operator path (RecordFunction, its ITT wrapper) costs what
+it costs whatever the collector does: on a loop of small operators (an MLP at
+small batch, an optimizer over many tensors) about a fifth of the step
+(benchmarks/README.md, ``bench_small_ops.py``). A copy made with
+``--torch-ops sampled`` therefore does not wrap its training regions in
+``emit_itt``; its ``itt`` (:class:`~instrumenter.runtime.collection.Collection`)
+enters ``emit_itt`` for the iterations :class:`OperatorSampling` picks, of the
+iteration tasks the copy names (its step and eval loops', and a library's
+``step``/``eval``), and leaves it when that iteration's task ends. Entering and
+leaving cost about 2 µs together.
+
+Which iterations: per task name and per process, iteration ``i`` (1-based, in
+the order they begin on any thread) is recorded when it lies in one of the
+``ranges`` (the ranges of ``--trace-steps``, so trace.json's window has its
+operators) or ``i % every == 0``. The reader applies the same rule
+(:meth:`OperatorSampling.recorded`) to the iterations the trace holds, to take
+phases from the recorded steps and to scale the operator table.
+
+Imported by instrumented copies (through collection): the standard library
+only; torch is taken from ``sys.modules`` (the script imported it), never
+imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+#: ``--torch-ops``: every operator of training (``emit_itt`` around each training region), those of a sample
+#: of the iterations, or none.
+TORCH_OPS = ("all", "sampled", "off")
+#: The environment variable ``autoitt profile`` hands the policy down in (:meth:`OperatorSampling.environment`).
+VARIABLE = "AUTOITT_TORCH_OPS"
+#: Every how many iterations operators are recorded past the ranges: chosen from the measured cost
+#: (benchmarks/README.md, "Operators in a sample of the steps"). A step recording its operators runs about
+#: 1.3x on a loop of small operators, so one in 20 adds about 1.5 % to the run.
+DEFAULT_EVERY = 20
+#: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window).
+DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
+
+
+@dataclass(frozen=True)
+class OperatorSampling:
+    """Which iterations record PyTorch's operators: those in ``ranges`` (1-based, inclusive) and every
+    ``every``-th (``every`` 1: all of them)."""
+
+    every: int = DEFAULT_EVERY
+    ranges: Tuple[Tuple[int, int], ...] = DEFAULT_RANGES
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError("every must be >= 1")
+
+    def recorded(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` (1-based) of an iteration task records its operators."""
+        return iteration % self.every == 0 or any(first <= iteration <= last for first, last in self.ranges)
+
+    def count(self, iterations: int) -> int:
+        """How many of iterations 1..``iterations`` record their operators (no loop over them)."""
+        merged: List[Tuple[int, int]] = []
+        for first, last in sorted(self.ranges):
+            last = min(last, iterations)
+            if first > last:
+                continue
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+            else:
+                merged.append((first, last))
+        inside = sum(last - first + 1 for first, last in merged)
+        multiples_inside = sum(last // self.every - (first - 1) // self.every for first, last in merged)
+        return inside + iterations // self.every - multiples_inside
+
+    def describe(self) -> str:
+        """``every 20th step, and steps 2-11``: for the summary."""
+        if self.every == 1:
+            return "every iteration"
+        ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.ranges)
+        return f"every {self.every}th iteration" + (f", and iterations {ranges}" if ranges else "")
+
+    # -- handed down to the run -----------------------------------------------------------------
+
+    def environment(self) -> Dict[str, str]:
+        """The variable that gives a run this policy (read by :meth:`from_environment` in the copy)."""
+        ranges = ",".join(f"{a}-{b}" for a, b in self.ranges)
+        return {VARIABLE: f"every={self.every};ranges={ranges}"}
+
+    @classmethod
+    def from_environment(cls, environ: Optional[Dict[str, str]] = None) -> "OperatorSampling":
+        """The policy ``autoitt profile`` set, else the default one (a copy run by hand); a value that does
+        not parse is the default too: a copy must run whatever its environment holds."""
+        text = (os.environ if environ is None else environ).get(VARIABLE, "")
+        if not text:
+            return cls()
+        try:
+            fields = dict(part.split("=", 1) for part in text.split(";"))
+            ranges = tuple(tuple(int(n) for n in r.split("-", 1)) for r in fields.get("ranges", "").split(",") if r)
+            return cls(every=int(fields["every"]), ranges=ranges)  # type: ignore[arg-type]
+        except (ValueError, KeyError, TypeError):
+            return cls()
+
+    def to_json(self) -> dict:
+        return {"every": self.every, "ranges": [list(r) for r in self.ranges]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OperatorSampling":
+        return cls(every=int(data["every"]), ranges=tuple((int(a), int(b)) for a, b in data.get("ranges", ())))
+
+
+class OperatorToggle:
+    """Enters ``emit_itt`` for the iterations of ``iterations`` (task names) the policy picks, and leaves it
+    when that task ends; one per process (every copy's ``itt`` shares it), counting per task name.
+
+    Each thread keeps how deep its open tasks go and the depth at which it entered ``emit_itt``, so the
+    ``task_end`` that closes that iteration leaves it, whatever is nested inside. Nothing here may fail
+    the script: where PyTorch's profiler already runs on the thread (the script's own, or an outer
+    iteration's), the iteration is not toggled; an error from PyTorch is swallowed.
+    """
+
+    def __init__(self, sampling: OperatorSampling) -> None:
+        self.sampling = sampling
+        self._iterations: FrozenSet[str] = frozenset()
+        self._counts: Dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def forked(self) -> None:
+        """In a forked child: it counts its own iterations from zero, as the reader counts each process's."""
+        self._counts = {}
+        self._lock = threading.Lock()
+
+    def add(self, names: Iterable[str]) -> None:
+        """Also sample the iterations of task ``names``."""
+        with self._lock:
+            self._iterations = self._iterations | frozenset(names)
+
+    def begin(self, name: str) -> None:
+        """A task ``name`` began on this thread."""
+        local = self._local
+        depth = getattr(local, "depth", 0) + 1
+        local.depth = depth
+        if name not in self._iterations:
+            return
+        with self._lock:
+            count = self._counts.get(name, 0) + 1
+            self._counts[name] = count
+        if getattr(local, "entered", None) is not None or not self.sampling.recorded(count):
+            return
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        try:
+            if torch.autograd._profiler_enabled():
+                return  # the script's own profiler (or emit_itt) runs here: entering would raise
+            context = torch.autograd.profiler.emit_itt()
+            context.__enter__()
+        except Exception:  # a guest in the script's process: a torch that cannot, records no operators
+            return
+        local.entered = (depth, context)
+
+    def end(self) -> None:
+        """This thread's innermost open task ended."""
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        entered = getattr(local, "entered", None)
+        if entered is not None and entered[0] >= depth:
+            local.entered = None
+            try:
+                entered[1].__exit__(None, None, None)
+            except Exception:
+                pass
+        local.depth = max(depth - 1, 0)
+
+
+_toggle: Optional[OperatorToggle] = None
+_toggle_lock = threading.Lock()
+
+
+def toggle() -> OperatorToggle:
+    """The process's one toggle, with the policy its environment gives (made on first use)."""
+    global _toggle
+    if _toggle is None:
+        with _toggle_lock:
+            if _toggle is None:
+                _toggle = OperatorToggle(OperatorSampling.from_environment())
+                os.register_at_fork(after_in_child=_toggle.forked)
+    return _toggle

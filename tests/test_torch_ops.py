@@ -1,0 +1,323 @@
+"""``--torch-ops all|sampled|off``: PyTorch's operators recorded in every step, in a stated sample of them, or not.
+
+The rule (:class:`OperatorSampling`) is checked on its own; the copies as
+text; the reader on hand-made traces (no process runs); and the whole path on
+real runs: real torch, ittapi, the built-in collector and its trace.json,
+where a step has operator tasks exactly when the rule picked it.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from instrumenter.builtin.statistics.aggregate import aggregate
+from instrumenter.builtin.statistics.intervals import Keep
+from instrumenter.builtin.statistics.taskstats import summarize
+from instrumenter.builtin.trace.events import Event
+from instrumenter.builtin.trace.tracefile import ProcessTrace
+from instrumenter.runtime import torch_ops
+from instrumenter.runtime.torch_ops import OperatorSampling
+from tests.contexts import read_context
+from tests.test_profile import autoitt
+from tests.trace_writer import event_scans
+from transforms import Mode, instrument_source, strip_markers
+from transforms import _mode
+
+# -- the rule ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampling", [OperatorSampling(), OperatorSampling(every=3, ranges=((2, 5), (4, 9))),
+                                      OperatorSampling(every=1, ranges=()), OperatorSampling(every=7, ranges=())])
+def test_the_count_of_recorded_iterations_is_the_rule_applied_to_each(sampling):
+    for iterations in range(0, 80):
+        assert sampling.count(iterations) == sum(sampling.recorded(i) for i in range(1, iterations + 1)), iterations
+
+
+def test_the_default_rule_records_the_timeline_window_and_every_20th_iteration():
+    picked = [i for i in range(1, 101) if OperatorSampling().recorded(i)]
+    assert picked == list(range(2, 12)) + [20, 40, 60, 80, 100]
+
+
+def test_the_rule_reaches_the_copy_through_its_environment():
+    sampling = OperatorSampling(every=5, ranges=((3, 4), (10, 12)))
+    assert OperatorSampling.from_environment(sampling.environment()) == sampling
+    assert OperatorSampling.from_json(json.loads(json.dumps(sampling.to_json()))) == sampling
+
+
+@pytest.mark.parametrize("value", ["", "every=x", "ranges=1-2", "every=0;ranges=", "garbage"])
+def test_an_environment_value_that_does_not_parse_gives_the_default_rule(value):
+    assert OperatorSampling.from_environment({torch_ops.VARIABLE: value}) == OperatorSampling()
+
+
+def test_the_runtime_and_the_rewrite_name_the_same_choices():
+    assert torch_ops.TORCH_OPS == _mode.TORCH_OPS
+
+
+# -- the copies ---------------------------------------------------------------------------------------
+
+LOOPS = b"""\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in [torch.randn(2, 4)] * 3:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    with torch.no_grad():
+        for x in [torch.randn(2, 4)] * 2:  # autoitt: eval
+            model(x)
+"""
+
+
+def test_a_sampled_copy_names_its_iterations_to_the_runtime_and_wraps_no_region_in_emit_itt():
+    result = instrument_source(LOOPS, "train.py", Mode(torch_ops="sampled"))
+    text = result.output.decode()
+    assert 'itt = _autoitt_Collection(itt, operators_in=("eval", "step"))' in text
+    assert "emit_itt" not in text
+    assert result.plan.operators_in == ("eval", "step")
+    assert strip_markers(result.output, "train.py") == LOOPS
+
+
+def test_a_copy_with_every_operator_wraps_training_in_emit_itt_and_names_no_iteration():
+    result = instrument_source(LOOPS, "train.py", Mode(torch_ops="all"))
+    assert "emit_itt(enabled=" in result.output.decode() and "operators_in" not in result.output.decode()
+    assert result.plan.operators_in == ()
+
+
+def test_a_copy_with_a_collection_window_records_every_operator_of_its_few_steps():
+    result = instrument_source(LOOPS, "train.py", Mode(torch_ops="sampled", skip_steps=1, steps=2))
+    assert "emit_itt(enabled=" in result.output.decode() and result.plan.operators_in == ()
+
+
+def test_a_copy_without_torch_samples_nothing():
+    result = instrument_source(b"for step in range(3):  # autoitt: step\n    pass\n", "train.py",
+                               Mode(torch_ops="sampled"))
+    assert "operators_in" not in result.output.decode() and result.plan.operators_in == ()
+
+
+def test_a_library_call_samples_the_librarys_own_step_and_eval_iterations():
+    script = b"import torch\nimport lightning as L\ntrainer = L.Trainer()\ntrainer.fit(model)\n"
+    result = instrument_source(script, "train.py", Mode(torch_ops="sampled"))
+    assert result.plan.operators_in == ("eval", "step"), result.output.decode()
+
+
+def test_the_library_names_the_rewrite_samples_are_those_the_runtime_calls_back():
+    from instrumenter.runtime import libraries
+    from transforms import _markers
+
+    assert (_markers.LIBRARY_STEP, _markers.LIBRARY_EVAL) == (libraries.STEP, libraries.EVAL)
+
+
+# -- the reader, on hand-made traces --------------------------------------------------------------------
+
+DOMAIN = "autoitt.train"
+
+
+def sampled_trace(durations, recorded, ops_per_step=2, pid=10):
+    """One thread running steps of ``durations`` back to back; those whose 1-based number is in ``recorded``
+    hold ``ops_per_step`` operator tasks (``aten::mm``) of 10 ns each, from their start."""
+    events, ts = [], 0
+    for number, duration in enumerate(durations, 1):
+        events.append(Event("begin", pid, pid, ts, DOMAIN, "step"))
+        if number in recorded:
+            for k in range(ops_per_step):
+                events += [Event("begin", pid, pid, ts + 1 + 10 * k, "PyTorch", "aten::mm"),
+                           Event("end", pid, pid, ts + 11 + 10 * k, "PyTorch", None)]
+        events.append(Event("end", pid, pid, ts + duration, DOMAIN, None))
+        ts += duration
+    return ProcessTrace(path=Path(f"itt-{pid}.bin"), pid=pid, ppid=1, start_ns=0, wall_start_ns=0, events=events)
+
+
+SAMPLING = OperatorSampling(every=5, ranges=((2, 3),))
+
+
+def summary_of(*traces, sampling=SAMPLING):
+    found = aggregate(event_scans(traces), [DOMAIN], Keep(), start_paused=False)
+    context = read_context(["step"], [DOMAIN], operators_in=["step"],
+                           operator_sampling=sampling.to_json() if sampling else None)
+    return summarize(found, context)
+
+
+def picked(count, sampling=SAMPLING):
+    return {i for i in range(1, count + 1) if sampling.recorded(i)}
+
+
+def test_the_operator_table_is_scaled_to_every_iteration_the_run_had():
+    summary = summary_of(sampled_trace([100] * 20, picked(20)))
+    (mm,) = summary.operators
+    assert summary.operator_sampling["iterations"] == 20 and summary.operator_sampling["recorded"] == 6
+    assert mm.count == 2 * 20 and round(mm.self_s * 1e9) == 2 * 20 * 10  # 2 ops of 10 ns in each of the 20 steps
+    assert mm.mean_s * 1e9 == pytest.approx(10)  # a call's own figures are those recorded
+
+
+def test_each_iteration_task_counts_its_own_iterations():
+    steps = sampled_trace([100] * 12, picked(12))
+    evals = [Event(e.kind, e.pid, e.tid, e.ts + 10_000, e.domain, "eval" if e.name == "step" else e.name)
+             for e in sampled_trace([100] * 4, picked(4)).events]
+    trace = ProcessTrace(path=Path("itt-10.bin"), pid=10, ppid=1, start_ns=0, wall_start_ns=0,
+                         events=steps.events + evals)
+    found = aggregate(event_scans([trace]), [DOMAIN], Keep(), start_paused=False)
+    context = read_context(["step"], [DOMAIN], operators_in=["eval", "step"], operator_sampling=SAMPLING.to_json())
+    sampled = summarize(found, context).operator_sampling
+    assert (sampled["iterations"], sampled["recorded"]) == (16, SAMPLING.count(12) + SAMPLING.count(4))
+
+
+def test_each_process_counts_its_own_iterations():
+    summary = summary_of(sampled_trace([100] * 12, picked(12), pid=10), sampled_trace([100] * 7, picked(7), pid=11))
+    assert (summary.operator_sampling["iterations"], summary.operator_sampling["recorded"]) == (19, 4 + 3)
+
+
+def test_step_times_are_those_of_the_steps_that_did_not_record_operators():
+    # the recorded steps (2, 3, 5, 10, 15, 20) take 150 ns, the others 100 ns, the first 1000 ns (warm-up)
+    recorded = picked(20)
+    durations = [1000] + [150 if n in recorded else 100 for n in range(2, 21)]
+    step = summary_of(sampled_trace(durations, recorded)).steps[0]
+    assert step.count == 20
+    assert round(step.steady_median_s * 1e9) == 100 and round(step.steady_p95_s * 1e9) == 100
+    assert step.warmup_steps == 1, "a slower recorded step is not warm-up"
+
+
+def test_the_phases_are_those_of_the_steps_that_recorded_operators():
+    recorded = picked(20)
+    durations = [1000] + [150 if n in recorded else 100 for n in range(2, 21)]
+    step = summary_of(sampled_trace(durations, recorded)).steps[0]
+    assert step.phase_steps == len(recorded)  # the recorded steps, none of them warm-up
+    forward = step.phases["forward"]["seconds_per_step"] * 1e9
+    assert forward == pytest.approx(20)  # 2 operators of 10 ns: in every step measured, not diluted
+
+
+def test_without_sampling_every_step_counts_alike():
+    durations = [1000] + [100] * 19
+    summary = summary_of(sampled_trace(durations, set(range(1, 21))), sampling=None)
+    assert summary.operator_sampling is None and summary.operators[0].count == 40
+    assert summary.steps[0].phase_steps == 19
+
+
+# -- real runs ------------------------------------------------------------------------------------------
+
+SMALL_LOOP = """\
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(4, 16), torch.randn(4, 16)
+for step in range(45):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+print("trained", float(loss) > 0)
+"""
+
+
+def steps_with_operators(folder: Path):
+    """From trace.json: per step (in order), whether an ``aten::`` task ran inside it."""
+    events = json.loads((folder / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    complete = [e for e in events if e.get("ph") == "X"]
+    steps = sorted((e for e in complete if e["name"] == "step"), key=lambda e: e["ts"])
+    ops = sorted(e["ts"] for e in complete if e["name"].startswith("aten::"))
+    return [any(s["ts"] <= t <= s["ts"] + s["dur"] for t in ops) for s in steps]
+
+
+def profile(tmp_path, *options):
+    (tmp_path / "train.py").write_text(SMALL_LOOP)
+    done = autoitt("profile", "--json", *options, "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained True" in done.stderr  # --json: the script's output goes to stderr, unchanged
+    return json.loads(done.stdout), tmp_path / "out"
+
+
+def test_by_default_a_run_records_operators_in_the_steps_the_rule_picks_and_no_other(tmp_path):
+    summary, folder = profile(tmp_path)
+    assert steps_with_operators(folder) == [OperatorSampling().recorded(n) for n in range(1, 46)]
+    sampled = summary["operator_sampling"]
+    assert (sampled["iterations"], sampled["recorded"], sampled["tasks"]) == (45, 12, ["step"])
+    addmm = next(op for op in summary["operators"] if op["name"] == "aten::addmm")
+    assert addmm["count"] == 2 * 45  # two Linear layers a step, scaled to every step
+    (step,) = summary["steps"]
+    assert step["count"] == 45 and step["phases"]["backward"]["share"] > 0 and step["phases"]["optimizer"]["share"] > 0
+
+
+def test_all_records_operators_in_every_step(tmp_path):
+    summary, folder = profile(tmp_path, "--torch-ops", "all")
+    assert all(steps_with_operators(folder)) and summary["operator_sampling"] is None
+    assert next(op for op in summary["operators"] if op["name"] == "aten::addmm")["count"] == 2 * 45
+
+
+def test_off_records_no_operator_and_the_older_flag_still_says_so(tmp_path):
+    for flag in (("--torch-ops", "off"), ("--no-torch-ops",)):
+        summary, folder = profile(tmp_path, *flag)
+        assert not any(steps_with_operators(folder)) and summary["operators"] == []
+        assert summary["operator_sampling"] is None
+        (tmp_path / "out").rename(tmp_path / f"out{len(flag)}")
+
+
+def test_contradicting_flags_are_refused_with_nothing_run(tmp_path):
+    (tmp_path / "train.py").write_text(SMALL_LOOP)
+    done = autoitt("profile", "--no-torch-ops", "--torch-ops", "all", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 2 and "contradict" in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_steps_of_trace_steps_record_their_operators(tmp_path):
+    summary, folder = profile(tmp_path, "--trace-steps", "30-33")
+    # trace.json keeps the operators of its window; the others recorded (steps 20 and 40) are in the statistics
+    assert steps_with_operators(folder) == [30 <= n <= 33 for n in range(1, 46)]
+    assert summary["operator_sampling"]["ranges"] == [[30, 33]] and summary["operator_sampling"]["recorded"] == 6
+
+
+@pytest.mark.slow
+def test_a_small_operator_loops_sampled_phases_split_as_torch_profiler_splits_them(tmp_path):
+    """The sampled steps' phases against torch.profiler's split of every step of the same loop
+    (tests/torch_reference.py), within ten points, as test_phases.py holds every-operator runs to."""
+    from tests.test_phases import assert_within_ten_points, phases_of, reference_split
+
+    phases = phases_of(tmp_path, SMALL_LOOP)
+    assert_within_ten_points(phases, reference_split(tmp_path, SMALL_LOOP))
+
+
+SCRIPTS_OWN_PROFILER = SMALL_LOOP.replace(
+    "for step in range(45):\n",
+    "profiler = getattr(torch.autograd.profiler, 'emit_' + 'itt')()\nprofiler.__enter__()\nfor step in range(45):\n")
+
+
+def test_a_script_running_its_own_profiler_is_left_to_it(tmp_path):
+    # emit_itt entered by the script, in a way detection does not see: the runtime must not enter it again
+    # (PyTorch raises "already enabled"), nor leave the script's
+    (tmp_path / "train.py").write_text(SCRIPTS_OWN_PROFILER)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "operators_in=" in (tmp_path / "out" / "train_itt.py").read_text()  # the runtime's guard is what ran
+    assert all(steps_with_operators(tmp_path / "out"))  # the script's profiler records every step
+
+
+@pytest.mark.slow
+def test_a_lightning_fit_records_operators_in_the_steps_and_evals_the_rule_picks(tmp_path):
+    from tests.test_libraries import LIGHTNING_FIT, _profile
+
+    summary, counts, stderr, _ = _profile(tmp_path, LIGHTNING_FIT)
+    sampled = summary["operator_sampling"]
+    assert sampled["tasks"] == ["eval", "step"] and sampled["iterations"] == counts["step"] + counts["eval"] == 14
+    assert sampled["recorded"] == OperatorSampling().count(10) + OperatorSampling().count(4)
+    assert any(op["name"] == "aten::linear" for op in summary["operators"]), summary["operators"]
+    assert "callbacks still [] True" in stderr
+
+
+def test_the_vtune_backend_records_every_operator_unless_told(tmp_path):
+    """The VTune backend against its documented CLI (a stand-in, as in test_vtune.py: VTune cannot be
+    installed here): its copy wraps training in emit_itt, as VTune's reports cannot be scaled."""
+    from tests.test_vtune import autoitt as with_standin
+
+    (tmp_path / "train.py").write_text(SMALL_LOOP)
+    done = with_standin("profile", "--backend", "vtune", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    copy = next((tmp_path / "out").glob("train*.py")).read_text()
+    assert "emit_itt(enabled=" in copy and "operators_in" not in copy
