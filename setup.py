@@ -64,6 +64,13 @@ setup(
             extra_link_args=["-Wl,-z,now", "-Wl,-z,relro"],
             libraries=["pthread", "dl", "m"],
         ),
+        # what a perf interruption costs here, which chooses the sampler's mechanism (instrumenter/collector/mechanism.py
+        # binds it with ctypes; run in autoitt's own process, never in the program's)
+        Extension(
+            "instrumenter.collector._interrupt_cost",
+            sources=["instrumenter/collector/interrupt_cost.c"],
+            extra_compile_args=["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra"],
+        ),
         # the trace reader's inner loop (instrumenter/builtin/trace/pairing.py binds it with ctypes)
         Extension(
             "instrumenter.builtin.trace._pairing",

@@ -278,10 +278,9 @@ def test_the_steps_of_trace_steps_record_their_operators(tmp_path):
 def test_a_small_operator_loops_sampled_phases_split_as_torch_profiler_splits_them(tmp_path):
     """The sampled steps' phases against torch.profiler's split of every step of the same loop
     (tests/torch_reference.py), within ten points, as test_phases.py holds every-operator runs to."""
-    from tests.test_phases import assert_within_ten_points, phases_of, reference_split
+    from tests.test_phases import assert_splits_agree
 
-    phases = phases_of(tmp_path, SMALL_LOOP)
-    assert_within_ten_points(phases, reference_split(tmp_path, SMALL_LOOP))
+    assert_splits_agree(tmp_path, SMALL_LOOP)
 
 
 SCRIPTS_OWN_PROFILER = SMALL_LOOP.replace(

@@ -44,7 +44,7 @@ class BuiltinBackend(Backend):
     summary_type = BuiltinSummary
 
     def run(self, job: Job, say: Say) -> Finished:
-        from ..collector import environment
+        from ..collector import environment, mechanism
 
         say(f"running {job.script} ({job.copy.name}) with the built-in collector; results in {job.folder}/")
         env = launch.environment(os.environ, job.script, job.folder / INSTRUMENTATION_FILE)
@@ -54,6 +54,12 @@ class BuiltinBackend(Backend):
         sampling = job.options.operator_sampling
         if sampling is not None:  # the copies' runtime reads it (without it, the default policy)
             env.update(sampling.environment())
+        chosen = None
+        if own.sample_hz:
+            chosen = mechanism.choose(env)
+            env.update(chosen.environment())
+            if chosen.mechanism == "timer":
+                say(f"sampling: {chosen.why}")
         started, started_at = time.perf_counter(), time.time()
         before = Usage.now()
         # --json keeps autoitt's stdout for the summary: the script prints to stderr.
@@ -63,7 +69,8 @@ class BuiltinBackend(Backend):
         process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
         exit_code = target.wait(process)
         elapsed = time.perf_counter() - started
-        return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed))
+        return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed),
+                        chosen.to_json() if chosen is not None else None)
 
     def read(self, folder: Path, context: ReadContext) -> BuiltinSummary:
         """Read the traces once, for the statistics and the timeline, and the samples for the hotspots; write
@@ -117,7 +124,9 @@ class BuiltinBackend(Backend):
             python = sampled.info.get("python_cpu_s_in_steps", {}) if frameworks else {}
             steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
                      if step.label in python and step.phase_steps else step for step in steps]
-            samples = dict(sampling=sampled.info, hotspots=sampled.hotspots, hotspot_lines=sampled.lines,
+            info = dict(sampled.info, mechanism_why=record.sample_mechanism["why"]) if record.sample_mechanism \
+                else sampled.info
+            samples = dict(sampling=info, hotspots=sampled.hotspots, hotspot_lines=sampled.lines,
                            hotspots_by_task=sampled.by_task, hotspots_outside=sampled.outside,
                            hotspot_lines_outside=sampled.outside_lines)
             outputs[FOLDED_FILE] = "".join(line + "\n" for line in sampled.folded)

@@ -125,7 +125,8 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     if options.vtune.given and backend.name != VTuneBackend.name:  # no backend reads another's options
         say(f"{', '.join(options.vtune.given)}: VTune backend options, ignored with the built-in collector")
     finished = backend.run(Job(script, copy, command, folder, instrumentation, options), say)
-    record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at, finished.machine)
+    record = record.ended(finished.exit_code, finished.elapsed_s, finished.started_at, finished.machine,
+                          finished.sample_mechanism)
     unwritten: Tuple[Unwritten, ...] = ()
     try:
         record.save(folder)

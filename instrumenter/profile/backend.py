@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Type
 
 from rich.console import Console
 
@@ -55,6 +55,9 @@ class Finished:
     started_at: Optional[float] = None
     #: the machine's other work during the run (:func:`instrumenter.profile.machine.during`), where it was read
     machine: Optional[Dict[str, float]] = None
+    #: the sampling mechanism the run was given, and why (:meth:`instrumenter.collector.mechanism.Choice.to_json`);
+    #: None where the run was not sampled by autoitt's collector
+    sample_mechanism: Optional[Dict[str, Any]] = None
 
 
 class Backend(ABC):

@@ -55,11 +55,15 @@ class RunRecord:
     #: ``--torch-ops sampled``: which iterations recorded PyTorch's operators
     #: (:meth:`~instrumenter.runtime.torch_ops.OperatorSampling.to_json`); None: every one did, or none
     operator_sampling: Optional[Dict[str, Any]] = None
+    #: the sampling mechanism the run was given and why (:meth:`instrumenter.collector.mechanism.Choice.to_json`);
+    #: None: not chosen (no sampling, VTune)
+    sample_mechanism: Optional[Dict[str, Any]] = None
 
     def ended(self, exit_code: Optional[int], elapsed_s: float, started_at: Optional[float] = None,
-              machine: Optional[Dict[str, float]] = None) -> "RunRecord":
+              machine: Optional[Dict[str, float]] = None,
+              sample_mechanism: Optional[Dict[str, Any]] = None) -> "RunRecord":
         return dataclasses.replace(self, exit_code=exit_code, elapsed_s=elapsed_s, started_at=started_at,
-                                   machine=machine)
+                                   machine=machine, sample_mechanism=sample_mechanism)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / RUN_FILE, (json.dumps(asdict(self), indent=2) + "\n").encode())

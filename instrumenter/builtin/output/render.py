@@ -224,6 +224,14 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
                       "are those of the steps that recorded them. --torch-ops all records every one[/dim]")
 
 
+def _rate(sampling: dict) -> str:
+    """How the samples were taken, for the hotspots' title."""
+    if sampling.get("mechanism") == "timer":  # CPU-time timers fire at the kernel's tick at most
+        return (f"{sampling['rate_hz']} samples a second of each thread's CPU time asked, taken by CPU-time timers "
+                "at the scheduler tick's rate at most, each weighted by the time it stands for")
+    return f"{sampling['rate_hz']} samples a second of each thread's CPU time"
+
+
 def _where(spot: Hotspot) -> str:
     return f"{spot.file}:{spot.line}" if spot.file is not None else (spot.library or "")
 
@@ -298,7 +306,7 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
     if rows:
         console.print(_hotspot_table(
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
-            f"({sampling['rate_hz']} samples a second of each thread's CPU time)", rows, "it"))
+            f"({_rate(sampling)})", rows, "it"))
     collected = sampling.get("collected_cpu_s") or 0
     cost = sampling.get("profiling_cpu_s") or 0
     if collected and cost >= 0.005 * collected:

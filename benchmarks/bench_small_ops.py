@@ -1,0 +1,218 @@
+"""What a user's step costs under ``autoitt profile``: a small-operator loop and the conv sample, interleaved.
+
+Two unmodified training scripts, written to a temporary folder:
+
+* ``small_ops``: a 12-layer MLP of width 64 at batch 8 with Adam, one thread:
+  about 300 PyTorch operators a step of a few hundred microseconds, where a
+  per-operator cost shows most;
+* ``conv``: samples/torch_train.py's model and data (large operators).
+
+Each script times its own steady steps (the loop from its step ``WARM`` on:
+imports, start-up and the first steps' allocations are left out) and writes
+the mean step time to ``$BENCH_OUT``. Every round runs each set-up once, in
+this order, so drift on a noisy machine hits them alike:
+
+* ``python``: the script as it is;
+* ``copy``: ``autoitt instrument``'s copy run by plain python (no collector:
+  its ITT calls are no-ops), once per ``--torch-ops`` value;
+* ``profile``: ``autoitt profile`` with its defaults;
+* ``profile --torch-ops X`` for each value; the default and ``off`` with the
+  sampler's perf mechanism forced (``AUTOITT_SAMPLE_MECHANISM=perf``: what
+  runs where an interruption is cheap, and what ran here before it was
+  measured); ``all``/``off`` with ``--sample-rate 0``.
+
+It prints each set-up's median step time and its ratio to ``python``'s (the
+median of each round's own ratio, and their range), then where the extra time
+of recording every operator goes, per step and per operator, from the
+differences of those medians.
+Usage: ``python benchmarks/bench_small_ops.py [--rounds 5] [--steps 1500]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTOITT = [sys.executable, "-m", "instrumenter"]
+WARM = 50
+
+SMALL_OPS = """\
+import os
+import time
+
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+layers = []
+for _ in range(12):
+    layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+model = torch.nn.Sequential(*layers)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(8, 64), torch.randn(8, 64)
+started = None
+for step in range({steps}):
+    if step == {warm}:
+        started = time.perf_counter()
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+with open(os.environ["BENCH_OUT"], "w") as out:
+    out.write(str((time.perf_counter() - started) / ({steps} - {warm})))
+"""
+
+CONV = """\
+import os
+import runpy
+import time
+
+import torch
+from torch.utils.data import DataLoader
+
+sample = runpy.run_path({sample!r}, run_name="sample")
+torch.manual_seed(0)
+torch.set_num_threads(1)
+loader = DataLoader(sample["SyntheticImageDataset"](sample["TRAIN_SAMPLES"], seed=0),
+                    batch_size=sample["BATCH_SIZE"], shuffle=False)
+model = sample["ConvNet"]()
+criterion = torch.nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+batches = list(loader)
+started = None
+for step in range({steps}):
+    if step == {warm}:
+        started = time.perf_counter()
+    data, target = batches[step % len(batches)]
+    optimizer.zero_grad()
+    loss = criterion(model(data), target)
+    loss.backward()
+    optimizer.step()
+with open(os.environ["BENCH_OUT"], "w") as out:
+    out.write(str((time.perf_counter() - started) / ({steps} - {warm})))
+"""
+
+TORCH_OPS = ("all", "sampled", "off")
+
+
+PERF = {"AUTOITT_SAMPLE_MECHANISM": "perf"}
+
+
+def setups() -> list:
+    """(name, kind, options, environment): ``kind`` is ``python``, ``copy`` or ``profile``."""
+    out = [("python", "python", (), {})]
+    out += [(f"copy --torch-ops {ops}", "copy", ("--torch-ops", ops), {}) for ops in TORCH_OPS]
+    out += [("profile", "profile", (), {})]
+    out += [(f"profile --torch-ops {ops}", "profile", ("--torch-ops", ops), {}) for ops in TORCH_OPS]
+    # the sampler's other mechanism, forced: perf's cpu-clock at 1 kHz (the default where it is cheap)
+    out += [("profile, perf sampling", "profile", (), PERF)]
+    out += [("profile --torch-ops off, perf sampling", "profile", ("--torch-ops", "off"), PERF)]
+    out += [(f"profile --torch-ops {ops} --sample-rate 0", "profile", ("--torch-ops", ops, "--sample-rate", "0"), {})
+            for ops in ("all", "off")]
+    return out
+
+
+def operators_per_step(folder: Path) -> float:
+    """PyTorch tasks per step in a ``--torch-ops all`` run's summary.json."""
+    import json
+
+    summary = json.loads((folder / "summary.json").read_text())
+    ops = sum(task["count"] for task in summary["tasks"] if task["domain"] == "PyTorch")
+    return ops / sum(step["count"] for step in summary["steps"])
+
+
+def breakdown(median: dict, ops: float) -> list:
+    """Where the extra time of ``profile --torch-ops all`` goes, from the medians of the set-ups (seconds a
+    step): (part, µs a step, µs an operator or None)."""
+    torch_path = median["copy --torch-ops all"] - median["copy --torch-ops off"]
+    collector = (median["profile --torch-ops all --sample-rate 0"] - median["profile --torch-ops off --sample-rate 0"]
+                 - torch_path)
+    return [
+        ("markers (a step task, through the runtime; no collector)", median["copy --torch-ops off"] - median["python"],
+         None),
+        ("PyTorch's ITT path (RecordFunction, emit_itt's callbacks into no-op ITT)", torch_path, torch_path / ops),
+        ("the collector recording each operator (begin/end, string handle)", collector, collector / ops),
+        ("the collector for the step tasks, and its start (no operators, no sampling)",
+         median["profile --torch-ops off --sample-rate 0"] - median["copy --torch-ops off"], None),
+        ("the sampler at 1000 Hz, perf's cpu-clock", median["profile --torch-ops off, perf sampling"]
+         - median["profile --torch-ops off --sample-rate 0"], None),
+        ("the sampler with the mechanism chosen here", median["profile --torch-ops off"]
+         - median["profile --torch-ops off --sample-rate 0"], None),
+    ]
+
+
+def clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
+
+
+def run(folder: Path, script: str, kind: str, options: tuple, extra: dict, tag: str) -> float:
+    out = folder / f"{tag}.out"
+    env = dict(clean_env(), BENCH_OUT=str(out), **extra)
+    if kind == "python":
+        command = [sys.executable, script]
+    elif kind == "copy":
+        copy = f"{Path(script).stem}_{tag}_itt.py"
+        subprocess.run(AUTOITT + ["instrument", *options, "-o", copy, "--force", script], cwd=folder, env=env,
+                       check=True, capture_output=True)
+        command = [sys.executable, copy]
+    else:
+        command = AUTOITT + ["profile", *options, "-r", f"results_{tag}", script]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return float(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=1500, help="small_ops steps (the conv loop runs a tenth)")
+    parser.add_argument("--only", choices=("small_ops", "conv"))
+    args = parser.parse_args()
+    scripts = {
+        "small_ops": SMALL_OPS.format(steps=args.steps, warm=WARM),
+        "conv": CONV.format(steps=max(WARM + 20, args.steps // 10), warm=WARM // 5,
+                            sample=str(ROOT / "samples" / "torch_train.py")),
+    }
+    if args.only:
+        scripts = {args.only: scripts[args.only]}
+    chosen = setups()
+    times = {(name, setup[0]): [] for name in scripts for setup in chosen}
+    ops = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name, text in scripts.items():
+            (folder / f"{name}.py").write_text(text)
+        for round_number in range(args.rounds):
+            for name in scripts:
+                for index, (setup, kind, options, extra) in enumerate(chosen):
+                    tag = f"{name}_r{round_number}s{index}"
+                    times[(name, setup)].append(run(folder, f"{name}.py", kind, options, extra, tag))
+                    if setup == "profile --torch-ops all" and name not in ops:
+                        ops[name] = operators_per_step(folder / f"results_{tag}")
+            print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    for name in scripts:
+        base = statistics.median(times[(name, "python")])
+        print(f"\n{name}: median step of {args.rounds} interleaved rounds (ratio: the round's own / python's)")
+        print(f"{'set-up':<40}{'step µs':>10}{'ratio':>8}{'ratio range':>16}")
+        python = times[(name, "python")]
+        for setup, _, _, _ in chosen:
+            values = times[(name, setup)]
+            ratios = [v / p for v, p in zip(values, python)]
+            print(f"{setup:<40}{statistics.median(values) * 1e6:>10.1f}{statistics.median(ratios):>8.2f}"
+                  f"{min(ratios):>8.2f}-{max(ratios):.2f}")
+        median = {setup: statistics.median(times[(name, setup)]) for setup, _, _, _ in chosen}
+        print(f"\n{name}: {ops[name]:.0f} PyTorch operator tasks a step; the extra time of every operator recorded")
+        for part, per_step, per_op in breakdown(median, ops[name]):
+            print(f"  {part:<78}{per_step * 1e6:>8.1f} µs a step" + (f"{per_op * 1e9:>8.0f} ns an operator"
+                                                                      if per_op is not None else ""))
+
+
+if __name__ == "__main__":
+    main()
