@@ -177,7 +177,8 @@ def main() -> None:
     args = parser.parse_args()
     scripts = {
         "small_ops": SMALL_OPS.format(steps=args.steps, warm=WARM),
-        "conv": CONV.format(steps=max(WARM + 20, args.steps // 10), warm=WARM // 5,
+        # from step 20: past the steps 2-11 that record their operators for the timeline (a run's start)
+        "conv": CONV.format(steps=max(WARM + 20, args.steps // 10), warm=20,
                             sample=str(ROOT / "samples" / "torch_train.py")),
     }
     if args.only:

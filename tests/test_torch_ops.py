@@ -57,6 +57,40 @@ def test_the_runtime_and_the_rewrite_name_the_same_choices():
     assert torch_ops.TORCH_OPS == _mode.TORCH_OPS
 
 
+def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_end():
+    torch = pytest.importorskip("torch")
+    toggle = torch_ops.OperatorToggle(OperatorSampling(every=2, ranges=()))
+    toggle.add(["step", "eval"])
+    enabled = torch.autograd._profiler_enabled
+    toggle.begin("step")  # iteration 1: not picked
+    assert not enabled()
+    toggle.end()
+    toggle.begin("step")  # iteration 2: picked
+    assert enabled()
+    toggle.begin("eval")  # an evaluation inside it: counted (its first), inside the step's recording
+    toggle.begin("closure")
+    toggle.end()
+    toggle.end()
+    assert enabled()
+    toggle.end()  # the step's own end
+    assert not enabled()
+    toggle.begin("eval")  # the evaluation's second iteration: picked
+    assert enabled()
+    toggle.end()
+    assert not enabled()
+
+
+def test_the_runtime_leaves_a_profiler_the_script_runs_alone():
+    torch = pytest.importorskip("torch")
+    toggle = torch_ops.OperatorToggle(OperatorSampling(every=1, ranges=()))
+    toggle.add(["step"])
+    with torch.autograd.profiler.emit_itt():
+        toggle.begin("step")
+        toggle.end()
+        assert torch.autograd._profiler_enabled()  # still the script's, not left by autoitt
+    assert not torch.autograd._profiler_enabled()
+
+
 # -- the copies ---------------------------------------------------------------------------------------
 
 LOOPS = b"""\

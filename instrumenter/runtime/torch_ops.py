@@ -26,11 +26,12 @@ imported here.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 #: ``--torch-ops``: every operator of training (``emit_itt`` around each training region), those of a sample
 #: of the iterations, or none.
@@ -59,7 +60,12 @@ class OperatorSampling:
 
     def recorded(self, iteration: int) -> bool:
         """Whether iteration ``iteration`` (1-based) of an iteration task records its operators."""
-        return iteration % self.every == 0 or any(first <= iteration <= last for first, last in self.ranges)
+        if iteration % self.every == 0:
+            return True
+        for first, last in self.ranges:  # a loop, not any(): this runs at every step
+            if first <= iteration <= last:
+                return True
+        return False
 
     def count(self, iterations: int) -> int:
         """How many of iterations 1..``iterations`` record their operators (no loop over them)."""
@@ -112,44 +118,53 @@ class OperatorSampling:
         return cls(every=int(data["every"]), ranges=tuple((int(a), int(b)) for a, b in data.get("ranges", ())))
 
 
+class _Entered:
+    """``emit_itt`` entered by an iteration on this thread, and how many tasks are open inside it."""
+
+    __slots__ = ("context", "inside")
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+        self.inside = 0
+
+
 class OperatorToggle:
     """Enters ``emit_itt`` for the iterations of ``iterations`` (task names) the policy picks, and leaves it
     when that task ends; one per process (every copy's ``itt`` shares it), counting per task name.
 
-    Each thread keeps how deep its open tasks go and the depth at which it entered ``emit_itt``, so the
-    ``task_end`` that closes that iteration leaves it, whatever is nested inside. Nothing here may fail
-    the script: where PyTorch's profiler already runs on the thread (the script's own, or an outer
-    iteration's), the iteration is not toggled; an error from PyTorch is swallowed.
+    A step that records nothing (most of them) costs a lookup and a count: each thread keeps only what
+    it entered and how many tasks are open inside it, so the ``task_end`` that closes that iteration leaves
+    ``emit_itt``, whatever is nested inside. Each name's count is an ``itertools.count``, whose ``next`` the
+    GIL makes atomic across threads. Nothing here may fail the script: where PyTorch's profiler already
+    runs on the thread (the script's own, or an outer iteration's), the iteration is not toggled; an error
+    from PyTorch is swallowed.
     """
 
     def __init__(self, sampling: OperatorSampling) -> None:
         self.sampling = sampling
-        self._iterations: FrozenSet[str] = frozenset()
-        self._counts: Dict[str, int] = {}
+        self._counters: Dict[str, Iterator[int]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
 
     def forked(self) -> None:
         """In a forked child: it counts its own iterations from zero, as the reader counts each process's."""
-        self._counts = {}
+        self._counters = {name: itertools.count(1) for name in self._counters}
         self._lock = threading.Lock()
 
     def add(self, names: Iterable[str]) -> None:
         """Also sample the iterations of task ``names``."""
         with self._lock:
-            self._iterations = self._iterations | frozenset(names)
+            self._counters = {**{name: itertools.count(1) for name in names}, **self._counters}
 
     def begin(self, name: str) -> None:
         """A task ``name`` began on this thread."""
-        local = self._local
-        depth = getattr(local, "depth", 0) + 1
-        local.depth = depth
-        if name not in self._iterations:
+        counter = self._counters.get(name)
+        number = next(counter) if counter is not None else 0  # counted wherever it runs, as the reader counts
+        entered = getattr(self._local, "entered", None)
+        if entered is not None:  # inside an iteration recording its operators already
+            entered.inside += 1
             return
-        with self._lock:
-            count = self._counts.get(name, 0) + 1
-            self._counts[name] = count
-        if getattr(local, "entered", None) is not None or not self.sampling.recorded(count):
+        if not number or not self.sampling.recorded(number):
             return
         torch = sys.modules.get("torch")
         if torch is None:
@@ -161,20 +176,21 @@ class OperatorToggle:
             context.__enter__()
         except Exception:  # a guest in the script's process: a torch that cannot, records no operators
             return
-        local.entered = (depth, context)
+        self._local.entered = _Entered(context)
 
     def end(self) -> None:
         """This thread's innermost open task ended."""
-        local = self._local
-        depth = getattr(local, "depth", 0)
-        entered = getattr(local, "entered", None)
-        if entered is not None and entered[0] >= depth:
-            local.entered = None
-            try:
-                entered[1].__exit__(None, None, None)
-            except Exception:
-                pass
-        local.depth = max(depth - 1, 0)
+        entered = getattr(self._local, "entered", None)
+        if entered is None:
+            return
+        if entered.inside:
+            entered.inside -= 1
+            return
+        self._local.entered = None
+        try:
+            entered.context.__exit__(None, None, None)
+        except Exception:
+            pass
 
 
 _toggle: Optional[OperatorToggle] = None
