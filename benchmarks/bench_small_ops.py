@@ -172,13 +172,14 @@ def run(folder: Path, script: str, kind: str, options: tuple, extra: dict, tag: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=1500, help="small_ops steps (the conv loop runs a tenth)")
+    parser.add_argument("--steps", type=int, default=1500, help="steps of each loop")
     parser.add_argument("--only", choices=("small_ops", "conv"))
     args = parser.parse_args()
     scripts = {
         "small_ops": SMALL_OPS.format(steps=args.steps, warm=WARM),
-        # from step 20: past the steps 2-11 that record their operators for the timeline (a run's start)
-        "conv": CONV.format(steps=max(WARM + 20, args.steps // 10), warm=20,
+        # from step 20: past the steps 2-11 that record their operators for the timeline (a run's start); as
+        # many steps as the small loop, so that the sampler's first scans (its start) weigh as little
+        "conv": CONV.format(steps=args.steps, warm=20,
                             sample=str(ROOT / "samples" / "torch_train.py")),
     }
     if args.only:

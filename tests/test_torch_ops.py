@@ -9,6 +9,8 @@ where a step has operator tasks exactly when the rule picked it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -315,6 +317,49 @@ def test_a_small_operator_loops_sampled_phases_split_as_torch_profiler_splits_th
     from tests.test_phases import assert_splits_agree
 
     assert_splits_agree(tmp_path, SMALL_LOOP)
+
+
+MLP = """\
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+layers = []
+for _ in range(12):
+    layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+model = torch.nn.Sequential(*layers)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(8, 64), torch.randn(8, 64)
+
+
+def train(steps):
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_small_operator_loops_sampled_operator_table_ranks_as_torch_profiler_ranks(tmp_path):
+    """The held-out shape of issue 27 (a 12-layer MLP of width 64 at batch 8, Adam, one thread): the top
+    operators by self time from the sampled steps, scaled, against torch.profiler's over every step."""
+    (tmp_path / "train.py").write_text(MLP + "\ntrain(200)\n")
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [op["name"] for op in json.loads(done.stdout)["operators"]]
+    reference = subprocess.run([sys.executable, "-c", MLP + textwrap.dedent("""
+        import json
+        train(20)  # warm-up, as the sampled steps are past their own
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            train(200)
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        print(json.dumps([e.key for e in rows if e.key.startswith("aten::")][:5]))
+    """)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    theirs = json.loads(reference.stdout.strip().splitlines()[-1])
+    assert ours[0] in theirs[:3] and len(set(ours[:5]) & set(theirs)) >= 3, (ours[:5], theirs)
 
 
 SCRIPTS_OWN_PROFILER = SMALL_LOOP.replace(
