@@ -24,7 +24,11 @@ from instrumenter.builtin.trace.tracefile import ProcessTrace
 from instrumenter.runtime import torch_ops
 from instrumenter.runtime.torch_ops import OperatorSampling
 from tests.contexts import read_context
+from tests.test_libraries import LIGHTNING_FIT
+from tests.test_libraries import _profile as profile_library
+from tests.test_phases import assert_splits_agree
 from tests.test_profile import autoitt
+from tests.test_vtune import autoitt as with_standin
 from tests.trace_writer import event_scans
 from transforms import Mode, instrument_source, strip_markers
 from transforms import _mode
@@ -314,8 +318,6 @@ def test_the_steps_of_trace_steps_record_their_operators(tmp_path):
 def test_a_small_operator_loops_sampled_phases_split_as_torch_profiler_splits_them(tmp_path):
     """The sampled steps' phases against torch.profiler's split of every step of the same loop
     (tests/torch_reference.py), within ten points, as test_phases.py holds every-operator runs to."""
-    from tests.test_phases import assert_splits_agree
-
     assert_splits_agree(tmp_path, SMALL_LOOP)
 
 
@@ -379,9 +381,7 @@ def test_a_script_running_its_own_profiler_is_left_to_it(tmp_path):
 
 @pytest.mark.slow
 def test_a_lightning_fit_records_operators_in_the_steps_and_evals_the_rule_picks(tmp_path):
-    from tests.test_libraries import LIGHTNING_FIT, _profile
-
-    summary, counts, stderr, _ = _profile(tmp_path, LIGHTNING_FIT)
+    summary, counts, stderr, _ = profile_library(tmp_path, LIGHTNING_FIT)
     sampled = summary["operator_sampling"]
     assert sampled["tasks"] == ["eval", "step"] and sampled["iterations"] == counts["step"] + counts["eval"] == 14
     assert sampled["recorded"] == OperatorSampling().count(10) + OperatorSampling().count(4)
@@ -392,8 +392,6 @@ def test_a_lightning_fit_records_operators_in_the_steps_and_evals_the_rule_picks
 def test_the_vtune_backend_records_every_operator_unless_told(tmp_path):
     """The VTune backend against its documented CLI (a stand-in, as in test_vtune.py: VTune cannot be
     installed here): its copy wraps training in emit_itt, as VTune's reports cannot be scaled."""
-    from tests.test_vtune import autoitt as with_standin
-
     (tmp_path / "train.py").write_text(SMALL_LOOP)
     done = with_standin("profile", "--backend", "vtune", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
