@@ -7,7 +7,7 @@ hypervisor (25-36 µs measured here), and a PyTorch loop slows by about four
 times that, its caches refilled after each exit: 1.15x to 1.35x at 1 kHz.
 Timers ride on the scheduler tick (250 samples a second here, each weighted by
 the periods it stands for) and cost the loop next to nothing
-(benchmarks/README.md, "Operators in a sample of the steps").
+(benchmarks/README.md, ``bench_small_ops.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
 (``_interrupt_cost``, C, bound with ctypes: about 50 ms), and the run gets

@@ -39,8 +39,8 @@ TORCH_OPS = ("all", "sampled", "off")
 #: The environment variable ``autoitt profile`` hands the policy down in (:meth:`OperatorSampling.environment`).
 VARIABLE = "AUTOITT_TORCH_OPS"
 #: Every how many iterations operators are recorded past the ranges: chosen from the measured cost
-#: (benchmarks/README.md, "Operators in a sample of the steps"). A step recording its operators runs about
-#: 1.3x on a loop of small operators, so one in 20 adds about 1.5 % to the run.
+#: (benchmarks/README.md, ``bench_small_ops.py``): a step recording its operators runs about 1.26x on a loop of
+#: small operators and 1.19x on the conv loop, so one in 20 adds 1-1.5 % to the run.
 DEFAULT_EVERY = 20
 #: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
