@@ -261,8 +261,10 @@ def test_lightning_validate_then_fit_has_samples_in_every_step(tmp_path):
     samples = {sf.pid: sf for sf in read_sample_dir(tmp_path / "out" / "itt")}
     for pid, tid, begin, end in spans:
         sf = samples[pid]
-        inside = ((sf.tid == tid) & (sf.ns >= begin) & (sf.ns <= end)).sum()
-        assert inside >= 5, (begin, end, inside)  # 20 ms of CPU each, 1000 samples a second
+        inside = (sf.tid == tid) & (sf.ns >= begin) & (sf.ns <= end)
+        # 20 ms of CPU each, at 1000 samples a second: counted in the periods the samples stand for, as autoitt
+        # profile may sample with CPU-time timers (tick-limited, each sample weighted) where perf costs much
+        assert int(sf.weight[inside].sum()) >= 5, (begin, end, int(inside.sum()), int(sf.weight[inside].sum()))
     assert not any("handler" in r for sf in samples.values() for r in sf.reasons)
 
 
