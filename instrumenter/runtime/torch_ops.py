@@ -42,7 +42,8 @@ VARIABLE = "AUTOITT_TORCH_OPS"
 #: (benchmarks/README.md, ``bench_small_ops.py``): a step recording its operators runs about 1.26x on a loop of
 #: small operators and 1.19x on the conv loop, so one in 20 adds 1-1.5 % to the run.
 DEFAULT_EVERY = 20
-#: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window).
+#: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window: the runtime cannot import
+#: ``instrumenter.profile.step_window.AUTO_RANGES``; a test holds them equal).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
 
 
@@ -58,14 +59,14 @@ class OperatorSampling:
         if self.every < 1:
             raise ValueError("every must be >= 1")
 
-    def recorded(self, iteration: int) -> bool:
-        """Whether iteration ``iteration`` (1-based) of an iteration task records its operators."""
-        if iteration % self.every == 0:
-            return True
-        for first, last in self.ranges:  # a loop, not any(): this runs at every step
-            if first <= iteration <= last:
-                return True
-        return False
+    def recorded(self, iteration):
+        """Whether iteration ``iteration`` (1-based) of an iteration task records its operators: for an int (the
+        runtime, at every step) a bool, for a numpy array of them (the reader) an array of bools. Written with
+        ``|`` and ``&``, which mean the same for both, so the rule is written once."""
+        picked = iteration % self.every == 0
+        for first, last in self.ranges:
+            picked = picked | ((iteration >= first) & (iteration <= last))
+        return picked
 
     def count(self, iterations: int) -> int:
         """How many of iterations 1..``iterations`` record their operators (no loop over them)."""

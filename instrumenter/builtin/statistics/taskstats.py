@@ -142,7 +142,7 @@ def _undisturbed(kept: Intervals, loop: np.ndarray, finished: np.ndarray, contex
     if context is None or context.operator_sampling is None:
         return None
     where = np.flatnonzero(loop)
-    quiet = ~recorded(context.operator_sampling, iteration_numbers(kept, where))[finished[where]]
+    quiet = ~context.operator_sampling.recorded(iteration_numbers(kept, where))[finished[where]]
     # a short run is mostly the recorded window (steps 2-11 of 15): its steps are what there is to time
     return quiet if 2 * int(quiet.sum()) > len(quiet) else None
 
@@ -188,7 +188,7 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
     finished = kept.finished[loop]
     chosen = loop[finished][warm:]
     if sampling is not None:
-        picked = loop[finished][recorded(sampling, iteration_numbers(kept, loop))[finished]]
+        picked = loop[finished][sampling.recorded(iteration_numbers(kept, loop))[finished]]
         chosen = picked[warmup(kept.end[picked] - kept.start[picked]):]
     tasks = kept
     if not found.kept_everything:
@@ -220,14 +220,6 @@ def iteration_numbers(kept: Intervals, loop: np.ndarray) -> np.ndarray:
     numbers = np.empty(len(loop), np.int64)
     numbers[order] = np.arange(len(loop)) - np.searchsorted(ordered, ordered, side="left") + 1
     return numbers
-
-
-def recorded(sampling: OperatorSampling, numbers: np.ndarray) -> np.ndarray:
-    """Which iterations ``numbers`` recorded their operators (:meth:`OperatorSampling.recorded`, for arrays)."""
-    picked = numbers % sampling.every == 0
-    for first, last in sampling.ranges:
-        picked |= (numbers >= first) & (numbers <= last)
-    return picked
 
 
 def operator_scale(a: Aggregates, context: ReadContext) -> Optional[Dict[str, Any]]:
