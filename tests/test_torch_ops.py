@@ -63,6 +63,12 @@ def test_the_runtime_and_the_rewrite_name_the_same_choices():
     assert torch_ops.TORCH_OPS == _mode.TORCH_OPS
 
 
+def test_a_copy_run_by_hand_records_the_timeline_window_trace_steps_auto_keeps():
+    from instrumenter.profile.step_window import AUTO_RANGES
+
+    assert torch_ops.DEFAULT_RANGES == AUTO_RANGES
+
+
 def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_end():
     torch = pytest.importorskip("torch")
     toggle = torch_ops.OperatorToggle(OperatorSampling(every=2, ranges=()))

@@ -109,6 +109,11 @@ def quote(text: str) -> str:
     return json.dumps(text)
 
 
+def quote_all(texts: Tuple[str, ...]) -> str:
+    """A parenthesised tuple literal of :func:`quote`'d texts (``("step",)`` for one)."""
+    return "(" + ", ".join(quote(text) for text in texts) + ("," if len(texts) == 1 else "") + ")"
+
+
 def free_name(candidates: Tuple[str, ...], names_in_use: Iterable[str]) -> str:
     """The first candidate the script does not use, else the last one numbered until free."""
     used = set(names_in_use)
@@ -198,13 +203,11 @@ class Markers:
         operators (``--torch-ops sampled``)."""
         if not operators_in:
             return f"{self.itt} = {self.runtime}({self.itt})"
-        names = ", ".join(quote(s) for s in operators_in) + ("," if len(operators_in) == 1 else "")
-        return f"{self.itt} = {self.runtime}({self.itt}, operators_in=({names}))"
+        return f"{self.itt} = {self.runtime}({self.itt}, operators_in={quote_all(operators_in)})"
 
     def window(self, skip_steps: int, steps: Optional[int], step_tasks: Tuple[str, ...]) -> str:
-        tasks = ", ".join(quote(s) for s in step_tasks) + ("," if len(step_tasks) == 1 else "")
         return (f"{self.itt} = {self.runtime}({self.itt}, skip_steps={skip_steps}, steps={steps}, "
-                f"step_tasks=({tasks}))")
+                f"step_tasks={quote_all(step_tasks)})")
 
     def domain_create(self, name: str) -> str:
         return f"{self.domain} = {self._call(HEADER_CALLS[0], quote(name))}"

@@ -78,7 +78,7 @@ class RegionTasks:
 def operator_iterations(tasks: Sequence[RegionTasks]) -> Tuple[str, ...]:
     """The iteration tasks whose iterations ``--torch-ops sampled`` picks from (sorted): each step and eval
     loop's iteration, and for a library call the library's own step and eval iterations. The copy names them
-    to its runtime, and the reader counts their iterations by the same rule."""
+    to its runtime; the plan hands them on (``Plan.operators_in``, then instrumentation.json) to the reader."""
     names = {t.each for t in tasks if t.role in ("step", "eval") and t.each is not None}
     if any(t.each is None and t.role in LIBRARY_ROLES for t in tasks):
         names.update((LIBRARY_STEP, LIBRARY_EVAL))
