@@ -16,6 +16,7 @@ from rich.table import Table
 
 from ...profile.console import collected_line, duration, literal, table
 from ...profile.instrumentation import Instrumentation
+from ..statistics.disturbed import DISTURBED
 from ..statistics.summary import BuiltinSummary, Hotspot, StepStats, TaskStats
 from ..samples.hotspots import elide_templates
 from .notes import notes
@@ -202,6 +203,16 @@ def _render_counters(counted: Optional[dict], label: str, console: Console) -> N
     console.print(f"  counted per `{literal(label)}` (the whole process): " + ", ".join(parts))
 
 
+def _left_out(sampled: dict) -> str:
+    """What the operator table left out of the iterations that recorded operators, said before its scale."""
+    left = sampled.get("left_out", 0)  # a summary saved before iterations were left out
+    if not left:
+        return ""
+    why = [f"{n} {what}" for n, what in ((sampled.get("warmup", 0), "warm-up"),
+                                          (sampled.get("disturbed", 0), f"disturbed: over {DISTURBED:g}x their median")) if n]
+    return f"{left} of them left out ({', '.join(why)}); "
+
+
 def _render_operators(summary: BuiltinSummary, console: Console, operators) -> None:
     if not operators:
         return
@@ -220,8 +231,9 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
     if sampled is not None:
         console.print(f"[dim]operators recorded in {sampled['recorded']} of {sampled['iterations']} iterations of "
                       f"{literal(', '.join(sampled['tasks']))} ({literal(sampled['rule'])}: --torch-ops sampled); "
-                      f"counts and times are scaled by {sampled['scale']:.3g} to the whole run, and the phases "
-                      "are those of the steps that recorded them. --torch-ops all records every one[/dim]")
+                      f"{_left_out(sampled)}counts and times are scaled by {sampled['scale']:.3g} to the whole run, "
+                      "and the phases are those of the steps that recorded them. --torch-ops all records every "
+                      "one[/dim]")
 
 
 def _rate(sampling: dict) -> str:

@@ -116,6 +116,42 @@ class Measured:
     spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class Nesting:
+    """Instances on one number line, each thread on its own stretch (a search never crosses threads), and
+    their nesting depth on their thread (1: outermost)."""
+
+    begin: np.ndarray
+    finish: np.ndarray
+    floor: np.ndarray  # where each instance's thread's stretch begins
+    depth: np.ndarray
+    thread: np.ndarray  # each instance's thread, an index into threads
+    threads: np.ndarray  # (pid << 32) | tid
+    span: int
+    base: int
+
+
+def nesting(tasks: Intervals) -> Optional[Nesting]:
+    """The instances of ``tasks`` (tasks on a thread nest) on one number line, with their depths, computed with
+    sorts, not a walk; None if the line would not fit in 62 bits."""
+    key = (tasks.pid.astype(np.int64) << 32) | (tasks.tid.astype(np.int64) & 0xFFFFFFFF)
+    threads, thread = np.unique(key, return_inverse=True)
+    base = int(tasks.start.min())
+    span = int(tasks.end.max()) - base + 2
+    if span * len(threads) >= 1 << 62:
+        return None
+    begin = thread * span + (tasks.start - base)
+    finish = thread * span + (tasks.end - base)
+    floor = thread * span
+    order = np.lexsort((-finish, begin))  # by start; a parent before the child starting with it
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    opened = rank - np.searchsorted(begin[order], floor) + 1
+    ends = np.sort(finish)
+    closed = np.searchsorted(ends, begin, side="right") - np.searchsorted(ends, floor) - (finish == begin)
+    return Nesting(begin, finish, floor, opened - closed, thread, threads, span, base)
+
+
 def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of: np.ndarray,
             creation: np.ndarray) -> Optional[Measured]:
     """The phases of the steps ``chosen`` (indices into ``tasks``), by the rules above.
@@ -127,23 +163,11 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     its thread (tasks on a thread nest), computed with sorts, not a walk."""
     if not len(chosen):
         return None
-    key = (tasks.pid.astype(np.int64) << 32) | (tasks.tid.astype(np.int64) & 0xFFFFFFFF)
-    threads, thread = np.unique(key, return_inverse=True)
-    base = int(tasks.start.min())
-    span = int(tasks.end.max()) - base + 2
-    if span * len(threads) >= 1 << 62:
+    line = nesting(tasks)
+    if line is None:
         return None
-    # one number line with each thread on its own stretch: a search never crosses threads
-    begin = thread * span + (tasks.start - base)
-    finish = thread * span + (tasks.end - base)
-    floor = thread * span
-    order = np.lexsort((-finish, begin))  # by start; a parent before the child starting with it
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    opened = rank - np.searchsorted(begin[order], floor) + 1
-    ends = np.sort(finish)
-    closed = np.searchsorted(ends, begin, side="right") - np.searchsorted(ends, floor) - (finish == begin)
-    depth = opened - closed
+    begin, finish, floor, depth = line.begin, line.finish, line.floor, line.depth
+    thread, threads, span, base = line.thread, line.threads, line.span, line.base
 
     # the chosen steps in time order, and each instance's step: the last chosen step starting at or before it
     chosen = chosen[np.argsort(begin[chosen], kind="stable")]
@@ -232,7 +256,7 @@ def _counted(begin, finish, depth, inside, child, categories) -> Tuple[np.ndarra
     closure = categories == CLOSURE
     within = np.flatnonzero(inside)
     parent = np.full(len(begin), -1, np.int64)
-    parent[within] = _parents(begin, finish, depth, within)
+    parent[within] = parents(begin, finish, depth, within)
     reached = child | (inside & closure)
     for level in np.unique(depth[within]).tolist():  # a parent's level before its children's
         mine = within[depth[within] == level]
@@ -250,7 +274,7 @@ def _counted(begin, finish, depth, inside, child, categories) -> Tuple[np.ndarra
     return counted, pairs
 
 
-def _parents(begin, finish, depth, which) -> np.ndarray:
+def parents(begin, finish, depth, which) -> np.ndarray:
     """Per instance of ``which``, the instance holding it (one level up on its thread); -1: none."""
     result = np.full(len(which), -1, np.int64)
     for level in np.unique(depth[which]).tolist():
@@ -267,7 +291,7 @@ def _parents(begin, finish, depth, which) -> np.ndarray:
 
 def _parent_start(begin, finish, depth, chosen) -> np.ndarray:
     """Per chosen step, where the instance holding it (one level up on its thread) begins; -1: none."""
-    parent = _parents(begin, finish, depth, chosen)
+    parent = parents(begin, finish, depth, chosen)
     return np.where(parent >= 0, begin[np.maximum(parent, 0)], -1)
 
 

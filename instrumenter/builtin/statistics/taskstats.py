@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from . import phases
-from .aggregate import Aggregates, Intervals
+from .aggregate import LIBRARY_DOMAINS, Aggregates, Intervals
+from .disturbed import Inside, Recorded, library_groups, split_recorded, tasks_inside
 from .intervals import merged, overlapping
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 from .summary import BuiltinSummary, StepStats, TaskStats
-from ...runtime.torch_ops import OperatorSampling
 
 if TYPE_CHECKING:
     from ...profile.read_context import ReadContext
@@ -175,21 +175,16 @@ def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], cont
 
 
 def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[Iterable[str]],
-                step_labels: Iterable[str], sampling: Optional[OperatorSampling] = None
+                step_labels: Iterable[str], recorded: Optional[Recorded] = None
                 ) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
     """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over the steps after the
     warm-up (the first ``warm``) whose tasks were kept: all of them, or those of the timeline's window in a
     run of more than a million tasks; and what was measured (how many steps, the oneDNN primitives created
-    in them). ``sampling``: the steps recorded their operators by this rule (``--torch-ops sampled``): only
-    those that did are measured, after their own warm-up (recording makes them slower than the others, so
-    the loop's warm-up, found on the others, would take the first ones recorded for warm-up)."""
+    in them). ``recorded``: the steps recorded their operators by a rule (``--torch-ops sampled``): only
+    those that did are measured, past their own warm-up and not disturbed (:mod:`.disturbed`)."""
     kept = found.kept
     loop = np.flatnonzero(np.isin(kept.group, ids))
-    finished = kept.finished[loop]
-    chosen = loop[finished][warm:]
-    if sampling is not None:
-        picked = loop[finished][sampling.recorded(iteration_numbers(kept, loop))[finished]]
-        chosen = picked[warmup(kept.end[picked] - kept.start[picked]):]
+    chosen = loop[kept.finished[loop]][warm:] if recorded is None else recorded.measured
     tasks = kept
     if not found.kept_everything:
         inside = np.zeros(len(chosen), np.bool_)
@@ -222,14 +217,34 @@ def iteration_numbers(kept: Intervals, loop: np.ndarray) -> np.ndarray:
     return numbers
 
 
-def operator_scale(a: Aggregates, context: ReadContext) -> Optional[Dict[str, Any]]:
+def recorded_iterations(a: Aggregates, context: ReadContext) -> Dict[str, Recorded]:
+    """``--torch-ops sampled``: per iteration task whose operators were sampled, its finished iterations that
+    recorded them (by the runtime's rule), past their own warm-up (recording makes them slower than the
+    others, so the loop's warm-up, found on the others, would take the first ones recorded for warm-up),
+    split into those measured and those disturbed; empty where every iteration recorded them."""
+    sampling = context.operator_sampling
+    if sampling is None:
+        return {}
+    kept, result = a.kept, {}
+    for name in context.operators_in:
+        loop = np.flatnonzero(np.isin(kept.group, _step_ids(a.groups, name, context.domains)))
+        finished = kept.finished[loop]
+        picked = loop[finished][sampling.recorded(iteration_numbers(kept, loop))[finished]]
+        result[name] = split_recorded(kept, picked, warmup(kept.end[picked] - kept.start[picked]))
+    return result
+
+
+def operator_scale(a: Aggregates, context: ReadContext, recorded: Dict[str, Recorded],
+                   left: Optional[Inside]) -> Optional[Dict[str, Any]]:
     """``--torch-ops sampled``: how many iterations of the sampled tasks ran and how many recorded their
-    operators (per process, by the runtime's rule), and the factor that scales what they recorded to the whole
-    run; None where every iteration recorded them."""
+    operators (per process, by the runtime's rule); of those, how many were warm-up and disturbed and how
+    many the table left out (``left``: those whose tasks were kept, :mod:`.disturbed`); and the factor that
+    scales what the rest recorded to the whole run. None where every iteration recorded them."""
     sampling = context.operator_sampling
     if sampling is None:
         return None
     iterations = picked = 0
+    left_out = left.iterations if left is not None else 0
     for name in context.operators_in:  # the runtime counts each iteration task's own, in each process
         ids = _step_ids(a.groups, name, context.domains)
         if a.limited:  # the kept instances stop at the trace limit: the whole run's count, as one process's
@@ -240,25 +255,49 @@ def operator_scale(a: Aggregates, context: ReadContext) -> Optional[Dict[str, An
         picked += sum(sampling.count(n) for n in counts)
     return {"rule": sampling.describe(), **sampling.to_json(), "tasks": list(context.operators_in),
             "iterations": iterations,
-            "recorded": picked, "scale": iterations / picked if picked else 1.0}
+            "recorded": picked, "warmup": sum(len(r.warmup) for r in recorded.values()),
+            "disturbed": sum(len(r.disturbed) for r in recorded.values()), "left_out": left_out,
+            "scale": iterations / (picked - left_out) if picked > left_out else 1.0}
 
 
-def _scaled(op: TaskStats, scale: float) -> TaskStats:
-    """An operator's statistics over the recorded iterations, scaled to the whole run: its count and times;
-    its mean, extremes and percentiles are those of the calls recorded."""
-    return replace(op, count=int(round(op.count * scale)), total_s=op.total_s * scale, self_s=op.self_s * scale,
-                   self_with_library_s=op.self_with_library_s * scale, share=op.share * scale)
+def _scaled(op: TaskStats, scale: float, less: Optional[Tuple[int, int, int, int]] = None) -> TaskStats:
+    """An operator's statistics over the recorded iterations, less what it ran in those left out (``less``:
+    its count, and its time inside, self and self with library, in ns), scaled to the whole run: its count
+    and times; its mean, extremes and percentiles are those of every call recorded."""
+    count, inside, own, own_library = less or (0, 0, 0, 0)
+    total_s = max(op.total_s - inside / 1e9, 0.0)
+    share = op.share * total_s / op.total_s if op.total_s else op.share
+    return replace(op, count=int(round((op.count - count) * scale)), total_s=total_s * scale,
+                   self_s=max(op.self_s - own / 1e9, 0.0) * scale,
+                   self_with_library_s=max(op.self_with_library_s - own_library / 1e9, 0.0) * scale,
+                   share=share * scale)
+
+
+def _left_out(a: Aggregates, recorded: Dict[str, Recorded]) -> Optional[Inside]:
+    """What the recorded iterations left out (all tasks' warm-up and disturbed) held, where their tasks were
+    kept."""
+    out = [part for r in recorded.values() for part in (r.warmup, r.disturbed) if len(part)]
+    if not out:
+        return None
+    return tasks_inside(a.kept, a.window, a.window_spans, a.kept_everything, np.concatenate(out),
+                        len(a.groups), library_groups(a.groups, LIBRARY_DOMAINS))
 
 
 def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> BuiltinSummary:
     """The summary of a run from its aggregates: its tasks, steps and operators (the reading adds the rest)."""
     a = aggregates
     stats = task_stats(a)
-    operators = sorted((s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)),
-                       key=lambda s: -s.self_with_library_s)[:top]
-    sampled = operator_scale(a, context)
+    operators = [s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)]
+    recorded = recorded_iterations(a, context)
+    left = _left_out(a, recorded)
+    sampled = operator_scale(a, context, recorded, left)
     if sampled is not None:
-        operators = [_scaled(op, sampled["scale"]) for op in operators]
+        number = {group: at for at, group in enumerate(a.groups)}
+        less = (lambda g: (int(left.count[g]), int(left.inside_ns[g]), int(left.self_ns[g]),
+                           int(left.self_library_ns[g]))) if left is not None else (lambda g: None)
+        operators = [_scaled(op, sampled["scale"], less(number[(op.domain, op.name)])) for op in operators]
+        operators = [op for op in operators if op.count]  # an operator that ran only where left out
+    operators = sorted(operators, key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
     if a.unfinished:
         warnings.append(f"{a.unfinished} task(s) never ended (the run stopped inside them, or its trace ends there); "
@@ -271,7 +310,8 @@ def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> Bu
         threads=a.threads,
         events=a.events,
         tasks=stats,
-        steps=[_with_phases(a, step, context) for step in step_stats(a.kept, a.groups, context, a if a.limited else None)],
+        steps=[_with_phases(a, step, context, recorded.get(step.label))
+               for step in step_stats(a.kept, a.groups, context, a if a.limited else None)],
         operators=operators,
         unfinished=a.unfinished,
         warnings=warnings,
@@ -302,11 +342,10 @@ def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Inter
     return tasks.take(near), remap[chosen], remap[loop]
 
 
-def _with_phases(a: Aggregates, step: StepStats, context: ReadContext) -> StepStats:
+def _with_phases(a: Aggregates, step: StepStats, context: ReadContext, recorded: Optional[Recorded]) -> StepStats:
     first_step = context.first_step
-    sampling = context.operator_sampling if step.label in context.operators_in else None
     found, measured = step_phases(a, _step_ids(a.groups, step.label, context.domains), step.warmup_steps,
-                                  context.domains, context.step_labels, sampling)
+                                  context.domains, context.step_labels, recorded)
     if measured is None:
         return replace(step, first_step=first_step)
     return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,
