@@ -227,10 +227,12 @@ def assert_splits_agree(tmp_path, script, phases=None):
 
 @pytest.mark.slow
 def test_an_optimizer_closures_forward_and_backward_are_not_optimizer_time(tmp_path):
-    # LBFGS runs the closure (forward and backward) up to 20 times inside one Optimizer.step
+    # LBFGS runs the closure (forward and backward) 20 times inside one Optimizer.step: counted as the
+    # optimizer's, they would leave forward and backward nothing. Its own update grows with its history and
+    # takes about half of the step here (torch.profiler: 0.48-0.49 of the operators' time, ours 0.49-0.50).
     phases = phases_of(tmp_path, LBFGS)
-    assert phases["forward"]["share"] + phases["backward"]["share"] >= 0.5
-    assert phases["optimizer"]["share"] < 0.5
+    assert phases["forward"]["share"] + phases["backward"]["share"] >= 0.3
+    assert phases["optimizer"]["share"] < 0.7
     assert_splits_agree(tmp_path, LBFGS, phases)
 
 
