@@ -296,6 +296,22 @@ def test_the_first_recorded_steps_are_warm_up_and_left_out_of_the_operator_table
     assert summary.steps[0].phase_steps == 4
 
 
+def test_a_disturbed_step_whose_operators_were_not_kept_counts_as_it_ran():
+    # past the keep limit only the timeline's window (steps 2-3 here) keeps other domains' tasks: step 10's
+    # operators are in the statistics, not in the instances, so there is nothing to take out
+    trace = sampled_trace([1000 if n == 10 else 100 for n in range(1, 21)], picked(20),
+                          held={10: [("aten::linear", 880)]})
+    found = aggregate(event_scans([trace]), [DOMAIN], Keep(limit=10, ranges=[(2, 3)]), start_paused=False)
+    context = read_context(["step"], [DOMAIN], operators_in=["step"], operator_sampling=SAMPLING.to_json())
+    summary = summarize(found, context)
+    sampled = summary.operator_sampling
+    assert (sampled["disturbed"], sampled["left_out"], sampled["scale"]) == (1, 0, pytest.approx(20 / 6))
+    assert "aten::linear" in {op.name for op in summary.operators}
+    console = Console(record=True, width=400)
+    render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
+    assert "1 outside the timeline's window count as they ran, their operators not kept" in console.export_text()
+
+
 def test_the_summary_says_what_the_operator_table_left_out_and_why(tmp_path):
     console = Console(record=True, width=400)
     render(disturbed_run(), console, script="train.py", result_dir=tmp_path, instrumentation=None)

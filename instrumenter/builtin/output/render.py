@@ -208,9 +208,12 @@ def _left_out(sampled: dict) -> str:
     left = sampled.get("left_out", 0)  # a summary saved before iterations were left out
     if not left:
         return ""
+    found = sampled.get("warmup", 0) + sampled.get("disturbed", 0)
     why = [f"{n} {what}" for n, what in ((sampled.get("warmup", 0), "warm-up"),
                                           (sampled.get("disturbed", 0), f"disturbed: over {DISTURBED:g}x their median")) if n]
-    return f"{left} of them left out ({', '.join(why)}); "
+    kept = "" if left == found else (f"; {found - left} outside the timeline's window count as they ran, "
+                                     "their operators not kept")
+    return f"{left} of them left out ({', '.join(why)}{kept}); "
 
 
 def _render_operators(summary: BuiltinSummary, console: Console, operators) -> None:
