@@ -205,10 +205,10 @@ def _render_counters(counted: Optional[dict], label: str, console: Console) -> N
 
 def _left_out(sampled: dict) -> str:
     """What the operator table left out of the iterations that recorded operators, said before its scale."""
-    left = sampled.get("left_out", 0)  # a summary saved before iterations were left out
-    if not left:
-        return ""
+    left = sampled.get("left_out", 0)  # a summary saved before iterations were left out has none of these
     found = sampled.get("warmup", 0) + sampled.get("disturbed", 0)
+    if not found:
+        return ""
     why = [f"{n} {what}" for n, what in ((sampled.get("warmup", 0), "warm-up"),
                                           (sampled.get("disturbed", 0), f"disturbed: over {DISTURBED:g}x their median")) if n]
     kept = "" if left == found else (f"; {found - left} outside the timeline's window count as they ran, "
