@@ -19,7 +19,7 @@ Input is the kept instances (:class:`~instrumenter.builtin.statistics.intervals.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -69,7 +69,8 @@ class Inside:
     self_library_ns: np.ndarray
 
 
-def tasks_inside(kept: Intervals, window: Intervals, window_spans: Dict[int, object], kept_everything: bool,
+def tasks_inside(kept: Intervals, window: Intervals, window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]],
+                 kept_everything: bool,
                  iterations: np.ndarray, groups: int, library: np.ndarray) -> Optional[Inside]:
     """The instances inside ``iterations`` (indices into ``kept``), summed per group as the aggregate sums the
     whole run's; only the iterations whose tasks were kept count (all, or those in the timeline's window of
@@ -113,7 +114,8 @@ def tasks_inside(kept: Intervals, window: Intervals, window_spans: Dict[int, obj
     not_library = has & ~library[group[within]]
     owned = np.zeros(len(tasks), np.int64)
     np.add.at(owned, parent[not_library], duration[within[not_library]])
-    # time inside a group counts once where a task of it is nested in itself
+    # time inside a group counts once where a task of it is nested directly in itself (as the aggregate's
+    # inside time does at any depth: operators that nest in themselves further down are not seen here)
     nested_in_itself = np.zeros(len(within), np.bool_)
     nested_in_itself[has] = group[parent[has]] == group[within[has]]
     mine = group[within]

@@ -219,9 +219,9 @@ def iteration_numbers(kept: Intervals, loop: np.ndarray) -> np.ndarray:
 
 def recorded_iterations(a: Aggregates, context: ReadContext) -> Dict[str, Recorded]:
     """``--torch-ops sampled``: per iteration task whose operators were sampled, its finished iterations that
-    recorded them (by the runtime's rule), past their own warm-up (recording makes them slower than the
-    others, so the loop's warm-up, found on the others, would take the first ones recorded for warm-up),
-    split into those measured and those disturbed; empty where every iteration recorded them."""
+    recorded them (by the runtime's rule), split into their own warm-up (recording makes them slower than the
+    others, so the loop's warm-up, found on the others, would take the first ones recorded for warm-up), those
+    disturbed and those measured (:mod:`.disturbed`); empty where every iteration recorded them."""
     sampling = context.operator_sampling
     if sampling is None:
         return {}
@@ -283,6 +283,14 @@ def _left_out(a: Aggregates, recorded: Dict[str, Recorded]) -> Optional[Inside]:
                         len(a.groups), library_groups(a.groups, LIBRARY_DOMAINS))
 
 
+def _held(left: Optional[Inside], group: int) -> Optional[Tuple[int, int, int, int]]:
+    """What group ``group`` ran in the iterations left out, as :func:`_scaled` takes it."""
+    if left is None:
+        return None
+    return (int(left.count[group]), int(left.inside_ns[group]), int(left.self_ns[group]),
+            int(left.self_library_ns[group]))
+
+
 def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> BuiltinSummary:
     """The summary of a run from its aggregates: its tasks, steps and operators (the reading adds the rest)."""
     a = aggregates
@@ -293,9 +301,7 @@ def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> Bu
     sampled = operator_scale(a, context, recorded, left)
     if sampled is not None:
         number = {group: at for at, group in enumerate(a.groups)}
-        less = (lambda g: (int(left.count[g]), int(left.inside_ns[g]), int(left.self_ns[g]),
-                           int(left.self_library_ns[g]))) if left is not None else (lambda g: None)
-        operators = [_scaled(op, sampled["scale"], less(number[(op.domain, op.name)])) for op in operators]
+        operators = [_scaled(op, sampled["scale"], _held(left, number[(op.domain, op.name)])) for op in operators]
         operators = [op for op in operators if op.count]  # an operator that ran only where left out
     operators = sorted(operators, key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
