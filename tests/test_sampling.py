@@ -255,7 +255,9 @@ def test_a_worker_thread_without_tasks_is_attributed_the_process_autoitt_task_as
         itt.task_end(train)
     """))
     sf, name = only_samples(traces), names(traces)
-    worker = sf.tid != sf.pid
+    # the worker's own exit can be sampled after "step" ended (test_the_own_domains_are_the_ones_autoitt_names)
+    ended = max(event.ts for event in only_trace(traces).events if event.kind == "end")
+    worker = (sf.tid != sf.pid) & (sf.ns.astype(np.int64) <= ended)
     assert worker.sum() >= 150
     assert (sf.task_name[worker] == 0).all()  # no task of its own
     attributed = [name.get(int(n)) for n in sf.autoitt_name[worker]]
@@ -276,7 +278,11 @@ def test_the_own_domains_are_the_ones_autoitt_names(tmp_path):
         itt.task_end(mine)
     """), AUTOITT_OWN_DOMAINS="mytrain,other")
     sf, name = only_samples(traces), names(traces)
-    worker = sf.tid != sf.pid
+    # join() returns when the worker's Python code is done; the thread's own exit runs on, and on a busy
+    # machine it can be sampled after the main thread ended "epoch" (seen once in a loaded suite): those
+    # samples are in no task, rightly
+    ended = max(event.ts for event in only_trace(traces).events if event.kind == "end")
+    worker = (sf.tid != sf.pid) & (sf.ns.astype(np.int64) <= ended)
     assert worker.sum() >= 100
     assert {(name.get(int(d)), name.get(int(n))) for d, n in zip(sf.autoitt_domain[worker], sf.autoitt_name[worker])} \
         == {("mytrain", "epoch")}
