@@ -180,15 +180,33 @@ def test_many_threads_under_a_small_limit_on_open_files_open_theirs_as_without_a
 
 
 def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_path):
-    # (a thread's perf event is opened at the lowest free number, then moved at once: an open() of the
-    # program's in that moment could find the number taken, so the threads are all started by then)
+    # (a new thread's name is read, and its perf event opened, at the lowest free number, then closed or
+    # moved at once: an open() of the program's in that moment could find the number taken, so the script
+    # waits until the sampler has set up all of its threads, their perf events or CPU-time timers there;
+    # a fixed 0.12 s was too short once in a loaded suite)
     done, traces = run_target(tmp_path, busy_script("""
         import os, threading, time, ittapi.compat as itt
         itt.resume()
         before = os.open(os.devnull, os.O_RDONLY); os.close(before)
-        threads = [threading.Thread(target=busy, args=(0.2,)) for _ in range(8)]
+        threads = [threading.Thread(target=busy, args=(0.6,)) for _ in range(8)]
         for t in threads: t.start()
-        time.sleep(0.12)  # the scanner has listed them all
+
+        def set_up():
+            events = 0
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    events += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
+                except OSError:
+                    pass
+            with open("/proc/self/timers") as timers:
+                return max(events, timers.read().count("ID:"))
+
+        deadline = time.monotonic() + 3  # 0.25-0.5 s here, idle or loaded
+        while set_up() < 9 and time.monotonic() < deadline:  # the 8 threads and the main one
+            time.sleep(0.005)
+        if set_up() < 9:
+            print("the sampler did not set up the 8 threads in 3 s")
+        time.sleep(0.01)
         after = []
         for _ in range(5):
             fd = os.open(os.devnull, os.O_RDONLY); after.append(fd); os.close(fd)
