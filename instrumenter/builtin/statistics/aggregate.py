@@ -31,7 +31,7 @@ import numpy as np
 
 from ...collector import formats
 from ..trace import pairing
-from .intervals import Intervals, Keep
+from .intervals import Intervals, Keep, overlapping
 from ..trace.scan import Scan
 from ..trace.tracefile import KIND_BEGIN, KIND_DETACH, KIND_LIMIT, KIND_PAUSE, KIND_RESUME, ProcessTrace
 
@@ -87,6 +87,19 @@ class Aggregates:
     windows: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
     #: the steps the window holds (1-based ordinals) in the process that ran the most steps
     window_held: List[int] = field(default_factory=list)
+
+    def holding(self, chosen: np.ndarray) -> Tuple[Intervals, np.ndarray]:
+        """The instances among which the tasks of ``chosen`` (instances of the own domains: indices into
+        ``kept``) are, and which of ``chosen`` had them kept: all of them, with ``kept`` itself, where it holds
+        every instance; else those in the window of their process, with ``kept`` and ``window`` (``kept``
+        first, so the indices stay valid)."""
+        if self.kept_everything:
+            return self.kept, chosen
+        inside = np.zeros(len(chosen), np.bool_)
+        for pid, spans in self.window_spans.items():
+            mine = self.kept.pid[chosen] == pid
+            inside[mine] = overlapping(spans, self.kept.start[chosen[mine]], self.kept.end[chosen[mine]])
+        return Intervals.concat([self.kept, self.window]), chosen[inside]
 
     def percentile_ns(self, groups: Union[int, Sequence[int]], q: float) -> float:
         """The ``q`` quantile (0..1) of the durations of a group (or of several together), within

@@ -19,12 +19,16 @@ Input is the kept instances (:class:`~instrumenter.builtin.statistics.intervals.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from .intervals import Intervals, overlapping
+from .aggregate import LIBRARY_DOMAINS
+from .intervals import Intervals, near_spans
 from .phases import nesting, parents
+
+if TYPE_CHECKING:
+    from .aggregate import Aggregates
 
 #: A recorded iteration that ran more than this many times the median of its task's recorded iterations
 #: (past their warm-up) was disturbed. A turn lost to another thread is a few milliseconds (seen here: a step
@@ -69,30 +73,18 @@ class Inside:
     self_library_ns: np.ndarray
 
 
-def tasks_inside(kept: Intervals, window: Intervals, window_spans: Dict[int, Tuple[np.ndarray, np.ndarray]],
-                 kept_everything: bool,
-                 iterations: np.ndarray, groups: int, library: np.ndarray) -> Optional[Inside]:
-    """The instances inside ``iterations`` (indices into ``kept``), summed per group as the aggregate sums the
-    whole run's; only the iterations whose tasks were kept count (all, or those in the timeline's window of
-    their process: ``window_spans``). ``library``: per group, whether it is a library's task (oneDNN's),
-    counted in its parent's self time with library. None: no such iteration."""
-    if not kept_everything:
-        inside = np.zeros(len(iterations), np.bool_)
-        for pid, spans in window_spans.items():
-            mine = kept.pid[iterations] == pid
-            inside[mine] = overlapping(spans, kept.start[iterations[mine]], kept.end[iterations[mine]])
-        iterations = iterations[inside]
+def tasks_inside(found: Aggregates, iterations: np.ndarray) -> Optional[Inside]:
+    """The instances inside ``iterations`` (indices into ``found.kept``), summed per group as the aggregate sums
+    the whole run's (a library's task, oneDNN's, counted in its parent's self time with library); only the
+    iterations whose tasks were kept count (:meth:`Aggregates.holding`). None: no such iteration."""
+    tasks, iterations = found.holding(iterations)
     if not len(iterations):
         return None
-    tasks = kept if kept_everything else Intervals.concat([kept, window])  # kept first: the indices stay valid
-    # the instances of the iterations' threads and time only, so a run of millions nests a few thousand
-    near = np.zeros(len(tasks), np.bool_)
-    for pid, tid in set(zip(tasks.pid[iterations].tolist(), tasks.tid[iterations].tolist())):
-        mine = iterations[(tasks.pid[iterations] == pid) & (tasks.tid[iterations] == tid)]
-        order = np.argsort(tasks.start[mine])
-        thread = np.flatnonzero((tasks.pid == pid) & (tasks.tid == tid))
-        near[thread] = overlapping((tasks.start[mine][order], tasks.end[mine][order]),
-                                   tasks.start[thread], tasks.end[thread])
+    groups = len(found.groups)
+    library = np.array([bool(domain) and domain.startswith(LIBRARY_DOMAINS) for domain, _ in found.groups]
+                       or [False], np.bool_)
+    # the instances of the iterations' processes and time only, so a run of millions nests a few thousand
+    near = near_spans(tasks, tasks.pid[iterations], tasks.start[iterations], tasks.end[iterations])
     near[iterations] = True
     remap = np.cumsum(near) - 1
     tasks, iterations = tasks.take(near), remap[iterations]
@@ -128,7 +120,3 @@ def tasks_inside(kept: Intervals, window: Intervals, window_spans: Dict[int, Tup
         self_library_ns=np.bincount(mine, weights=(duration - owned)[within], minlength=groups).astype(np.int64),
     )
 
-
-def library_groups(groups: Iterable[tuple], prefixes: tuple) -> np.ndarray:
-    """Per group (domain, name): whether its domain is a library's (``prefixes``: the aggregate's)."""
-    return np.array([bool(domain) and domain.startswith(prefixes) for domain, _ in groups] or [False], np.bool_)

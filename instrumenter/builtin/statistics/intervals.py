@@ -78,6 +78,18 @@ def overlapping(spans: Optional[Tuple[np.ndarray, np.ndarray]], start: np.ndarra
     return (index >= 0) & (ends[np.maximum(index, 0)] >= start)
 
 
+def near_spans(tasks: "Intervals", pids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which instances of ``tasks`` overlap one of the spans (``starts``, ``ends``) of their own process (``pids``:
+    each span's): the instances a few steps of a long run need, whatever thread they ran on."""
+    near = np.zeros(len(tasks), np.bool_)
+    for pid in np.unique(pids).tolist():
+        mine = pids == pid
+        spans = merged(starts[mine].tolist(), ends[mine].tolist())
+        of_pid = np.flatnonzero(tasks.pid == pid)
+        near[of_pid] = overlapping(spans, tasks.start[of_pid], tasks.end[of_pid])
+    return near
+
+
 def merged(starts: Sequence[int], ends: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
     """Spans as sorted, disjoint (starts, ends), for :func:`overlapping`."""
     merged_starts: List[int] = []

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from . import phases
-from .aggregate import LIBRARY_DOMAINS, Aggregates, Intervals
-from .disturbed import Inside, Recorded, library_groups, split_recorded, tasks_inside
-from .intervals import merged, overlapping
+from .aggregate import Aggregates, Intervals
+from .disturbed import Inside, Recorded, split_recorded, tasks_inside
+from .intervals import near_spans
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 from .summary import BuiltinSummary, StepStats, TaskStats
 
@@ -184,15 +184,7 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
     those that did are measured, past their own warm-up and not disturbed (:mod:`.disturbed`)."""
     kept = found.kept
     loop = np.flatnonzero(np.isin(kept.group, ids))
-    chosen = loop[kept.finished[loop]][warm:] if recorded is None else recorded.measured
-    tasks = kept
-    if not found.kept_everything:
-        inside = np.zeros(len(chosen), np.bool_)
-        for pid, spans in found.window_spans.items():
-            mine = kept.pid[chosen] == pid
-            inside[mine] = overlapping(spans, kept.start[chosen[mine]], kept.end[chosen[mine]])
-        chosen = chosen[inside]
-        tasks = Intervals.concat([kept, found.window])  # kept first: the indices stay valid
+    tasks, chosen = found.holding(loop[kept.finished[loop]][warm:] if recorded is None else recorded.measured)
     tasks, chosen, loop = _near(tasks, chosen, loop)
     own = set(domains or ())
     labels = set(step_labels)
@@ -279,8 +271,7 @@ def _left_out(a: Aggregates, recorded: Dict[str, Recorded]) -> Optional[Inside]:
     out = [part for r in recorded.values() for part in (r.warmup, r.disturbed) if len(part)]
     if not out:
         return None
-    return tasks_inside(a.kept, a.window, a.window_spans, a.kept_everything, np.concatenate(out),
-                        len(a.groups), library_groups(a.groups, LIBRARY_DOMAINS))
+    return tasks_inside(a, np.concatenate(out))
 
 
 def _held(left: Optional[Inside], group: int) -> Optional[Tuple[int, int, int, int]]:
@@ -335,12 +326,7 @@ def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Inter
     before = loop[np.maximum(at - 1, 0)]
     same = (at > 0) & (tasks.pid[before] == tasks.pid[chosen]) & (tasks.tid[before] == tasks.tid[chosen])
     starts = np.where(same, tasks.end[before], tasks.start[chosen])
-    near = np.zeros(len(tasks), np.bool_)
-    for pid in np.unique(tasks.pid[chosen]).tolist():
-        mine = tasks.pid[chosen] == pid
-        spans = merged(starts[mine].tolist(), tasks.end[chosen[mine]].tolist())
-        of_pid = np.flatnonzero(tasks.pid == pid)
-        near[of_pid] = overlapping(spans, tasks.start[of_pid], tasks.end[of_pid])
+    near = near_spans(tasks, tasks.pid[chosen], starts, tasks.end[chosen])
     near[chosen] = True
     near[before[same]] = True
     remap = np.cumsum(near) - 1
