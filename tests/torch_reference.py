@@ -25,7 +25,7 @@ import json
 import runpy
 import statistics
 import sys
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 
 def _mark_closures() -> None:
@@ -56,9 +56,9 @@ def _mark_closures() -> None:
 CAP = 10.0
 
 
-def split(prof) -> Dict[str, float]:
+def split(prof, cap: Optional[float] = CAP) -> Dict[str, float]:
     """Forward, backward and optimizer as shares of their sum, from a finished ``torch.profiler.profile``: each
-    event's time capped at :data:`CAP` times the median of its name's."""
+    event's time capped at ``cap`` times the median of its name's (None: as it ran)."""
     times: Dict[tuple, list] = {}
 
     def walk(event) -> None:
@@ -82,21 +82,21 @@ def split(prof) -> Dict[str, float]:
             walk(event)
     totals = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     for (phase, _name), values in times.items():
-        cap = CAP * statistics.median(values)
-        totals[phase] += sum(min(value, cap) for value in values)
+        bound = cap * statistics.median(values) if cap is not None else float("inf")
+        totals[phase] += sum(min(value, bound) for value in values)
     whole = sum(totals.values())
     return {name: value / whole for name, value in totals.items()}
 
 
 @contextlib.contextmanager
-def profiled() -> Iterator[None]:
+def profiled(cap: Optional[float] = CAP) -> Iterator[None]:
     """Runs its block under torch.profiler, closures marked; prints the split as JSON on stderr at the end."""
     from torch.profiler import ProfilerActivity, profile
 
     _mark_closures()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield
-    print(json.dumps(split(prof)), file=sys.stderr)
+    print(json.dumps(split(prof, cap)), file=sys.stderr)
 
 
 if __name__ == "__main__":
