@@ -10,6 +10,7 @@
 #include <linux/perf_event.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -110,6 +112,17 @@ static uint32_t s_nunready;
 static unsigned long long s_dl_adds, s_dl_subs;
 static uint64_t s_maps_hash;
 static uint32_t s_maps_seq;
+static int s_maps_fd = -1;                 /* /proc/self/maps, kept open out of the way (s_open_maps) */
+static dev_t s_maps_dev;
+static ino_t s_maps_ino;
+/* The scanner's descriptor table (s_own_table): until it has one of its own (S_TABLE_OWN) or knows it
+   cannot (S_TABLE_SHARED), a thread the hooks see start leaves its event to the scanner. */
+enum { S_TABLE_UNSETTLED, S_TABLE_SHARED, S_TABLE_OWN };
+static _Atomic int s_table;
+static int s_table_shared_forced;          /* AUTOITT_SAMPLE_SHARED_FDS=1: as where unshare is refused */
+static DIR *s_task_dir;                    /* /proc/self/task, listed at each scan */
+static uint32_t s_task_dir_pid;
+static _Atomic int s_scan_now;             /* a thread started: scan without waiting out the period */
 #define S_TIMER_MAGIC 0x41495454ull       /* "AITT": si_value of our timers, above the thread's index */
 
 /* (the own domains, the current own task and the tasks' pause epoch are in tasks.h) */
@@ -381,10 +394,36 @@ static void s_open_file_locked(void)
 /* ------------------------------------------------------------------------- */
 /* The memory map: the unwinder's copy, and the executable mappings in the file. */
 
+/* Whether s_maps_fd is still the map we opened: the program may have closed it (closerange) and its
+   number been taken again.  fstat: async-signal-safe. */
+static int s_maps_fd_ours(void)
+{
+    struct stat st;
+    return s_maps_fd >= 0 && fstat(s_maps_fd, &st) == 0 && st.st_dev == s_maps_dev && st.st_ino == s_maps_ino;
+}
+
+/* Opens /proc/self/maps once, out of the program's low numbers, to be read again from its start (pread)
+   each time: opening it each time took the lowest free number for a moment, which an open() of the
+   program's in that moment could find taken.  Opened before the scanner's own table (s_own_table), so the
+   same number serves the scanner and the threads that read it (a dlclose's, a fatal signal's).  Where there
+   is no room out of the way, each read opens it. */
+static void s_open_maps(void)
+{
+    if (s_maps_fd >= 0) return;
+    int fd = fd_out_of_the_way(open("/proc/self/maps", O_RDONLY | O_CLOEXEC), 1);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0) { close(fd); return; }
+    s_maps_dev = st.st_dev;
+    s_maps_ino = st.st_ino;
+    s_maps_fd = fd;
+}
+
 /* Reads /proc/self/maps into a malloc'ed string. */
 static char *s_read_maps(size_t *len)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int kept = s_maps_fd_ours();
+    int fd = kept ? s_maps_fd : open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return NULL;
     size_t cap = 1u << 16, n = 0;
     char *buf = malloc(cap);
@@ -394,12 +433,12 @@ static char *s_read_maps(size_t *len)
             if (!bigger) { free(buf); buf = NULL; break; }
             buf = bigger;
         }
-        ssize_t r = read(fd, buf + n, cap - n - 1);
+        ssize_t r = kept ? pread(fd, buf + n, cap - n - 1, (off_t)n) : read(fd, buf + n, cap - n - 1);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         n += (size_t)r;
     }
-    close(fd);
+    if (!kept) close(fd);
     if (buf) buf[n] = 0;
     *len = n;
     return buf;
@@ -460,15 +499,17 @@ static int s_dl_counts(struct dl_phdr_info *info, size_t size, void *data)
 /* The executable mappings from a fatal signal's handler: no allocation, the caller's buffer. */
 static void s_maps_in_signal(int fd, char *buf, size_t cap)
 {
-    int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int kept = s_maps_fd_ours();
+    int in = kept ? s_maps_fd : open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (in < 0) return;
     char *out = buf + cap / 2;
     size_t have = 0, half = cap / 2, part_cap = cap / 2 - 16;
+    off_t at = 0;
     uint32_t seq = ++s_maps_seq;
     for (;;) {
-        ssize_t r = read(in, buf + have, half - have);
+        ssize_t r = kept ? pread(in, buf + have, half - have, at) : read(in, buf + have, half - have);
         if (r < 0 && errno == EINTR) continue;
-        if (r > 0) have += (size_t)r;
+        if (r > 0) { have += (size_t)r; at += r; }
         size_t used = 0, out_len = 0;
         for (;;) {
             char *nl = memchr(buf + used, '\n', have - used);
@@ -490,7 +531,7 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
         have -= used;
         if (last) break;
     }
-    close(in);
+    if (!kept) close(in);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -613,13 +654,19 @@ static void s_close_events(sthread *st)
     atomic_store(&st->active, 0);
     if (st->fd >= 0) {
         atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
-        /* the program may have closed our descriptor (and reused its number): close only ours */
-        char link[64], path[40];
-        snprintf(path, sizeof path, "/proc/self/fd/%d", st->fd);
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n > 0) {
-            link[n] = 0;
-            if (strstr(link, "perf_event")) close(st->fd);
+        if (atomic_load(&s_table) == S_TABLE_OWN) {
+            /* in the scanner's own table, where the program cannot close it; another thread's number
+               would be one of the program's (the scanner closes its events before it ends) */
+            if (current_tid() == atomic_load(&s_scanner_tid)) close(st->fd);
+        } else {
+            /* the program may have closed our descriptor (and reused its number): close only ours */
+            char link[64], path[40];
+            snprintf(path, sizeof path, "/proc/self/fd/%d", st->fd);
+            ssize_t n = readlink(path, link, sizeof link - 1);
+            if (n > 0) {
+                link[n] = 0;
+                if (strstr(link, "perf_event")) close(st->fd);
+            }
         }
         st->fd = -1;
     }
@@ -767,13 +814,13 @@ static void s_scan_locked(void)
     /* one listing descriptor for the process's life, out of the program's low numbers (each scan
        opening its own would take the lowest free number for a moment, which the program's own
        open() could find taken) */
-    static DIR *dir;
-    static uint32_t dir_pid;
-    if (dir && dir_pid != g_pid) { closedir(dir); dir = NULL; } /* a forked child's copy lists its parent */
+    DIR *dir = s_task_dir;
+    if (dir && s_task_dir_pid != g_pid) { closedir(dir); dir = NULL; } /* a forked child's copy lists its parent */
     if (!dir) {
         int fd = fd_out_of_the_way(open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC), 0);
         if (fd >= 0 && !(dir = fdopendir(fd))) close(fd);
-        dir_pid = g_pid;
+        s_task_dir = dir;
+        s_task_dir_pid = g_pid;
     } else {
         rewinddir(dir);
     }
@@ -793,7 +840,7 @@ static void s_scan_locked(void)
     if (!tids) {
         /* the program closed our descriptor (closerange): open another at the next scan; the old DIR is
            left, never closed, since its number may be the program's by now */
-        if (fcntl(dirfd(dir), F_GETFD) < 0) dir = NULL;
+        if (fcntl(dirfd(dir), F_GETFD) < 0) s_task_dir = NULL;
         return;
     }
     qsort(tids, n, sizeof *tids, s_cmp_u32);
@@ -1087,10 +1134,94 @@ static void s_wait(uint64_t ns)
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&s_wait_mutex);
-    while (!atomic_load(&s_stop)) {
+    while (!atomic_load(&s_stop) && !atomic_exchange(&s_scan_now, 0)) {
         if (pthread_cond_timedwait(&s_wake, &s_wait_mutex, &until) == ETIMEDOUT) break;
     }
     pthread_mutex_unlock(&s_wait_mutex);
+}
+
+/* A thread started: the scanner scans now, not at the end of its period.  s_wait_mutex is held only
+   around the scanner's check of the flag, never across a scan: the caller waits microseconds at most. */
+static void s_wake_scanner(void)
+{
+    atomic_store(&s_scan_now, 1);
+    pthread_mutex_lock(&s_wait_mutex);
+    pthread_cond_broadcast(&s_wake);
+    pthread_mutex_unlock(&s_wait_mutex);
+}
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+/* Closes every descriptor of the calling thread's table but the `n` in `keep` (ascending). */
+static void s_close_all_but(const int *keep, int n)
+{
+    unsigned lo = 0;
+    int ranged = 1;
+    for (int i = 0; i <= n && ranged; i++) {
+        unsigned hi = i < n ? (unsigned)keep[i] : ~0u;
+        if (i < n && hi < lo) continue;
+        if (hi > lo && syscall(SYS_close_range, lo, i < n ? hi - 1 : hi, 0) != 0) ranged = 0;
+        lo = i < n ? hi + 1 : lo;
+    }
+    if (ranged) return;
+    /* before Linux 5.9: the table's own listing */
+    DIR *dir = opendir("/proc/thread-self/fd");
+    if (!dir) return;
+    int *fds = NULL;
+    size_t count = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (count == cap) {
+            int *bigger = realloc(fds, (cap = cap ? 2 * cap : 64) * sizeof *fds);
+            if (!bigger) break;
+            fds = bigger;
+        }
+        fds[count++] = atoi(e->d_name);
+    }
+    closedir(dir);
+    for (size_t i = 0; i < count; i++) {
+        int kept = 0;
+        for (int k = 0; k < n && !kept; k++) kept = fds[i] == keep[k];
+        if (!kept) close(fds[i]);
+    }
+    free(fds);
+}
+
+/*
+ * Gives the scanner a descriptor table of its own (unshare(CLONE_FILES)).  What it opens then (a thread's
+ * perf event, its name, its CPU time, /proc/self/task) never takes one of the program's numbers, even for
+ * the moment before it is moved out of the way, and the program closing a range of descriptors
+ * (os.closerange, a daemonizing library) cannot close our events.  The new table starts as a copy of the
+ * process's: the copies of the program's descriptors are closed at once (a copy held open would keep a
+ * pipe's write end open, and its reader waiting for the end of file; for the microseconds until they are
+ * closed, it does), all but the collector's two files that other threads use too under the same number
+ * (the sample file, the kept map), and 0-2 become /dev/null.  Its events are closed by the scanner before
+ * it ends (a table goes with the last thread that uses it).
+ *
+ * Where unshare is refused (Docker's default seccomp profile allows it only with CAP_SYS_ADMIN; there
+ * perf_event_open is refused too, and threads are sampled with timers, which take no descriptor), or
+ * AUTOITT_SAMPLE_SHARED_FDS=1 asks (for tests), the scanner opens in the process's table, each
+ * descriptor moved out of the way at once, as before.  Called by the scanner, s_mutex held.
+ */
+static void s_own_table(void)
+{
+    if (s_table_shared_forced || unshare(CLONE_FILES) != 0) {
+        atomic_store(&s_table, S_TABLE_SHARED);
+        return;
+    }
+    int keep[2], n = 0;
+    if (s_fd >= 0) keep[n++] = s_fd;
+    if (s_maps_fd >= 0) keep[n++] = s_maps_fd;
+    if (n == 2 && keep[0] > keep[1]) { int t = keep[0]; keep[0] = keep[1]; keep[1] = t; }
+    s_close_all_but(keep, n);
+    int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; null >= 0 && fd < 3; fd++)
+        if (fd != null) dup2(null, fd);
+    if (null > 2) close(null);
+    atomic_store(&s_table, S_TABLE_OWN);
 }
 
 /* Our handler, for the sampling signal (s_signal): on its own stack, the signal itself blocked while it runs. */
@@ -1132,11 +1263,19 @@ static void *s_scanner_main(void *arg)
     prctl(PR_SET_NAME, "autoitt-sampler", 0, 0, 0);
     atomic_store(&s_scanner_tid, current_tid());
     if (g_forked) s_wait(10000000ull); /* a fork followed by an exec: nothing at all */
+    pthread_mutex_lock(&s_mutex);
+    if (!atomic_load(&s_stop)) {
+        /* the files the other threads write or read too, first: in the process's table */
+        s_open_file_locked();
+        s_open_maps();
+        s_own_table();
+    }
+    pthread_mutex_unlock(&s_mutex);
     while (!atomic_load(&s_stop)) {
         pthread_mutex_lock(&s_mutex);
         int none = 0;
         if (!atomic_load(&s_stop)) {
-            s_open_file_locked();
+            if (atomic_load(&s_table) != S_TABLE_OWN) s_open_file_locked(); /* opened here it would be ours only */
             s_check_signal_locked();
             if (s_mechanism != SM_NONE) s_scan_locked();
             s_drain_locked(0);
@@ -1148,6 +1287,17 @@ static void *s_scanner_main(void *arg)
         if (atomic_exchange(&s_patch_wanted, 0)) h_patch_all();
         if (none) break;
         s_wait(g_forked ? S_SCAN_CHILD_NS : S_SCAN_NS);
+    }
+    if (atomic_load(&s_table) == S_TABLE_OWN) {
+        /* its events are in its own table: closed here (sampler_finish joins this thread first) */
+        pthread_mutex_lock(&s_mutex);
+        for (uint32_t i = 0; i < s_nthreads; i++) {
+            sthread *st = atomic_load(&s_threads[i]);
+            if (st->in_use) s_close_events(st);
+        }
+        if (s_task_dir) closedir(s_task_dir);
+        s_task_dir = NULL;
+        pthread_mutex_unlock(&s_mutex);
     }
     return NULL;
 }
@@ -1162,6 +1312,7 @@ static void s_start_scanner(void)
     pthread_attr_setstacksize(&attr, 256u << 10);
     atomic_store(&s_stop, 0);
     s_scanner_running = pthread_create(&s_scanner, &attr, s_scanner_main, NULL) == 0;
+    if (!s_scanner_running) atomic_store(&s_table, S_TABLE_SHARED); /* new threads open their own events */
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -1197,10 +1348,17 @@ static void s_fork_child(void)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&s_wake, &attr);
     pthread_condattr_destroy(&attr);
+    /* the parent's events: in the parent scanner's own table (not copied: nothing to close), else in
+       the process's, copied */
+    int own = atomic_load(&s_table) == S_TABLE_OWN;
     for (uint32_t i = 0; i < s_nthreads; i++) {
         sthread *st = atomic_load(&s_threads[i]);
         atomic_store(&st->active, 0);
-        if (st->fd >= 0) { atomic_store(&s_by_fd[st->fd - s_fd_base], NULL); close(st->fd); st->fd = -1; }
+        if (st->fd >= 0) {
+            atomic_store(&s_by_fd[st->fd - s_fd_base], NULL);
+            if (!own) close(st->fd);
+            st->fd = -1;
+        }
         st->has_timer = 0; /* POSIX timers are not inherited */
         st->in_use = 0;
         st->serial = 0;
@@ -1209,6 +1367,11 @@ static void s_fork_child(void)
     }
     if (s_fd >= 0) close(s_fd);
     s_fd = -1;
+    if (s_maps_fd >= 0) close(s_maps_fd); /* the parent's map */
+    s_maps_fd = -1;
+    if (own) s_task_dir = NULL; /* its descriptor was the parent scanner's alone: the DIR is left, not closed */
+    atomic_store(&s_table, S_TABLE_UNSETTLED);
+    atomic_store(&s_scan_now, 0);
     s_out_len = 0;
     s_stacks_reset();
     s_codes_written = 1;
@@ -1235,6 +1398,7 @@ void sampler_load(void)
     if (s_hz > S_MAX_HZ) s_hz = S_MAX_HZ;
     if (s_hz) s_period_ns = 1000000000ull / s_hz;
     if (env_number("AUTOITT_SAMPLE_SIGNAL", &value) && value > 0 && value < 65) s_signal_wanted = (int)value;
+    s_table_shared_forced = env_number("AUTOITT_SAMPLE_SHARED_FDS", &value) && value == 1;
     const char *mechanism = getenv("AUTOITT_SAMPLE_MECHANISM");
     if (mechanism && strcmp(mechanism, "timer") == 0) s_force = SM_TIMER;
     else if (mechanism && strcmp(mechanism, "perf") == 0) s_force = SM_PERF;
@@ -1334,12 +1498,19 @@ void sampler_before_unload(void)
 }
 
 /* A thread the hooks saw start (hooks.c's h_thread_main, on the thread, before its start routine): sampled
-   from its first instruction, not from the scanner's next listing (up to 50 ms later: short threads were
-   missed).  Only when s_mutex is free: a thread never waits for the scanner. */
+   from its first instructions, not from the scanner's next listing (up to 50 ms later: short threads were
+   missed).  Where the scanner has a table of its own, the thread wakes it to open its event there;
+   otherwise it opens its own, only when s_mutex is free: a thread never waits for the scanner. */
 void sampler_thread_started(void)
 {
     int cancel;
     if (!s_started || atomic_load(&s_finished)) return;
+    if (atomic_load(&s_table) != S_TABLE_SHARED) {
+        /* the scanner opens its event, in its own table, within microseconds (or, before it has settled
+           its table, at its first scan) */
+        s_wake_scanner();
+        return;
+    }
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* never cancelled holding s_mutex */
     if (pthread_mutex_trylock(&s_mutex) != 0) {
         pthread_setcancelstate(cancel, NULL);

@@ -12,9 +12,14 @@
  *    tick, 250/s here), exclude_kernel (allowed with perf_event_paranoid <= 2, no capability
  *    needed: the threads are our own), no mmap ring: the fd is O_ASYNC with F_SETSIG and
  *    F_SETOWN_EX(F_OWNER_TID), so each overflow sends the signal to the sampled thread itself,
- *    and its siginfo's si_fd says which thread state to fill.  The fd lives out of the program's
- *    low numbers (writer.c's fd_out_of_the_way: above its soft limit on open files where the
- *    hard limit allows, else in the top of a large limit);
+ *    and its siginfo's si_fd says which thread state to fill.  The fd lives in the scanner's own
+ *    descriptor table (s_own_table: unshare(CLONE_FILES)), which the program cannot see, number or
+ *    close, and there too out of the low numbers (writer.c's fd_out_of_the_way: above its soft
+ *    limit on open files where the hard limit allows, else in the top of a large limit), so that
+ *    si_fd tells our events from any descriptor of the program's.  Where unshare is refused
+ *    (Docker's default seccomp profile, which refuses perf_event_open too), the scanner opens in
+ *    the process's table, each descriptor taking the lowest free number for a moment before it
+ *    is moved;
  *  - per-thread POSIX timers on the thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel
  *    tick's rate, each sample weighted by the periods it stands for (1 + the timer's overrun),
  *    where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile) or
@@ -38,7 +43,8 @@
  *    others are counted and named in a reason record, never sampled;
  *  - a scanner thread ("autoitt-sampler"), started at the first ITT call (__itt_api_init), and
  *    in each forked child by the fork handler, lists /proc/self/task every 50 ms (20 ms in a
- *    forked child): it opens an event for each new ready thread, closes those of threads gone,
+ *    forked child), and at once when a thread the hooks see start wakes it: it opens an event for
+ *    each new ready thread (in its own table: threads never open their own there), closes those of threads gone,
  *    links each thread's state to its trace buffer (for task attribution), drains the per-thread
  *    sample rings into the file, patches the hooks into newly loaded objects and writes the
  *    memory map when it changed.  Threads that start and end between two scans are not sampled.
@@ -98,14 +104,18 @@
  * The fatal-signal path (sampler_fatal, from process.c's handler for SIGTERM, SIGSEGV, ...) is
  * best effort: it try-locks s_mutex (a single compare-and-swap in glibc: it never waits; when the
  * scanner holds it, nothing is written), then writes with write() from a static buffer and reads
- * /proc/self/maps with open/read, all async-signal-safe system calls.
+ * /proc/self/maps from the kept descriptor (fstat checks it is still ours, pread), else with
+ * open/read, all async-signal-safe system calls.
  *
  * Writing: the scanner thread gives stacks ids (each distinct stack is written once) and writes
  * batches of fixed-size sample entries.  At a pause or detach the rings are drained at once; at
  * exit (atexit, the end of Python's finalization, the library's destructor) the events are
- * closed and what is left written, with the memory map and the counts; on a fatal signal the
- * same is done best effort without allocating (samples written with their stacks inline).  A
- * forked child closes its copies of the parent's events and starts its own scanner and
+ * closed (by the scanner, whose table holds them) and what is left written, with the memory map
+ * and the counts; on a fatal signal the same is done best effort without allocating (samples
+ * written with their stacks inline).  The sample file and /proc/self/maps (kept open, read again
+ * from its start) are opened before the scanner takes its own table, so the same numbers serve
+ * every thread.  A forked child closes its copies of the parent's events (none where the parent's
+ * scanner had its own table, which a fork does not copy) and starts its own scanner and
  * samples-<childpid>.bin (its first scan 10 ms after the fork, so a fork+exec child makes
  * nothing); it usually ends with _exit, which flushes nothing: its last 20 ms are lost.  The
  * scanner's period is a trade-off: each wakeup costs the program's threads a little (cache, and
@@ -117,7 +127,8 @@
  *
  * Controls (read at load): AUTOITT_SAMPLE_HZ (default 1000, 0: off), AUTOITT_OWN_DOMAINS (the own
  * domains, comma-separated; default autoitt.train), AUTOITT_SAMPLE_SIGNAL (a signal number),
- * AUTOITT_SAMPLE_MECHANISM (perf|timer: force one, for comparisons).
+ * AUTOITT_SAMPLE_MECHANISM (perf|timer: force one, for comparisons), AUTOITT_SAMPLE_SHARED_FDS=1
+ * (the scanner keeps the process's descriptor table, as where unshare is refused: for tests).
  *
  * Signal context, in short (the audit above is the full list): s_handler and everything it reaches
  * (s_take, h_forward, uw_backtrace, pyframes_walk, own_domain_slow) and sampler_fatal.  They must
