@@ -114,3 +114,28 @@ def test_two_slow_steps_in_a_row_are_still_warm_up():
 
 def test_a_run_that_never_settles_has_no_warm_up():
     assert summary_of(steps_of([10, 30, 10, 30, 10, 30])).steps[0].warmup_steps == 0
+
+
+def test_a_steady_iteration_is_the_step_and_the_wait_before_it():
+    # steps of 10 ns, each after a wait of 40 ns for its batch: iterations of 50 ns, steps of 10
+    events, ts = [], 0
+    for _ in range(12):
+        events += [("begin", "step", ts + 40), ("end", None, ts + 50)]
+        ts += 50
+    step = summary_of(trace(events)).steps[0]
+    assert round(step.steady_median_s * 1e9) == 10
+    assert round(step.steady_iteration_median_s * 1e9) == 50 and round(step.steady_iteration_mean_s * 1e9) == 50
+
+
+def test_the_steady_steps_are_kept_as_a_histogram_of_1_percent_buckets():
+    step = summary_of(steps_of([10] * 6 + [20] * 4)).steps[0]
+    assert sum(count for _, count in step.steady_histogram) == 10 - step.warmup_steps
+    for lower, count in step.steady_histogram:
+        assert any(lower * 1e9 <= d < lower * 1e9 * 1.01 for d in (10, 20))
+
+
+def test_each_threads_first_step_has_no_iteration():
+    first = trace([("begin", "step", 100), ("end", None, 110), ("begin", "step", 150), ("end", None, 160)], tid=1)
+    second = trace([("begin", "step", 0), ("end", None, 10), ("begin", "step", 30), ("end", None, 40)], pid=11, tid=2)
+    step = summary_of(first, second).steps[0]
+    assert sum(count for _, count in step.steady_iteration_histogram) == 2  # 50 ns and 30 ns, not 110 - 40

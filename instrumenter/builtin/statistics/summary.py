@@ -9,7 +9,7 @@ seconds.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...profile.summary import Summary, json_object
 
@@ -37,6 +37,10 @@ class TaskStats:
     p99_s: float = 0.0
 
 
+#: ``StepStats.steady_histogram``'s buckets: each spans [lower, lower * this)
+STEADY_BUCKET_RATIO = 1.01
+
+
 @dataclass(frozen=True)
 class StepStats:
     label: str
@@ -55,6 +59,17 @@ class StepStats:
     #: median and p95 of the steps after the warm-up
     steady_median_s: float = 0.0
     steady_p95_s: float = 0.0
+    #: those steps' durations as a histogram of 1 % buckets (:data:`STEADY_BUCKET_RATIO`): (lower bound in
+    #: seconds, count), ascending, empty buckets left out; what ``autoitt compare`` tests the medians on
+    #: (``instrumenter.comparison``). Empty in a summary.json written before it was kept
+    steady_histogram: Tuple[Tuple[float, int], ...] = ()
+    #: the same steps as iterations, as the user lives them: each from the end of its thread's step before it
+    #: (the wait for data and what the loop ran between included): median, p95, mean, and the histogram of
+    #: 1 % buckets (``autoitt compare``'s verdict is on them); 0 and empty where not kept
+    steady_iteration_median_s: float = 0.0
+    steady_iteration_p95_s: float = 0.0
+    steady_iteration_mean_s: float = 0.0
+    steady_iteration_histogram: Tuple[Tuple[float, int], ...] = ()
     #: the run's number of the first step here (``--skip-steps N`` collects from step N + 1; steps are counted
     #: across epochs): ``first_s`` is that step's, and the warm-up counts from it
     first_step: int = 1
@@ -185,6 +200,8 @@ class BuiltinSummary(Summary):
         del data["unwritten"]
         for step in [*data["steps"], *(s for rank in data["ranks"] for s in rank["steps"])]:
             del step["durations_s"], step["measured_spans"]
+            for name in ("steady_histogram", "steady_iteration_histogram"):  # JSON's own shape: lists
+                step[name] = [list(bucket) for bucket in step[name]]
         return json_object(data)
 
     @classmethod
@@ -194,7 +211,12 @@ class BuiltinSummary(Summary):
         Raises ``KeyError``/``TypeError`` on JSON of another shape, ``ValueError`` on a VTune run's.
         """
         def steps(items: List[dict]) -> List[StepStats]:
-            return [StepStats(**step) for step in items]
+            def histogram(step: dict, name: str) -> tuple:
+                return tuple((float(lower), int(count)) for lower, count in step.get(name, ()))
+
+            return [StepStats(**{**step, "steady_histogram": histogram(step, "steady_histogram"),
+                                 "steady_iteration_histogram": histogram(step, "steady_iteration_histogram")})
+                    for step in items]
 
         def hotspots(rows) -> List[Hotspot]:
             return [Hotspot(**row) for row in rows]

@@ -19,7 +19,7 @@ from .aggregate import Aggregates, Intervals
 from .disturbed import Inside, Recorded, split_recorded, tasks_inside
 from .intervals import near_spans
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
-from .summary import BuiltinSummary, StepStats, TaskStats
+from .summary import STEADY_BUCKET_RATIO, BuiltinSummary, StepStats, TaskStats
 
 if TYPE_CHECKING:
     from ...profile.read_context import ReadContext
@@ -98,6 +98,7 @@ def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
         np.subtract(nanoseconds, kept.start[mask], out=nanoseconds)  # in place: a run may have millions
         if not len(nanoseconds):
             continue
+        iterations = _iterations(kept, mask)
         timed = _undisturbed(kept, loop, mask, context if label in context.operators_in else None)
         durations = nanoseconds.astype(np.float32) / np.float32(1e9)  # the plot's: 4 bytes a step
         first, count = float(nanoseconds[0]) / 1e9, len(nanoseconds)
@@ -119,7 +120,15 @@ def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
         steady = int(after.sum()) / 1e9 / len(after)
         steady_median = float(np.median(after)) / 1e9
         steady_p95 = float(np.percentile(after, 95, method="closest_observation")) / 1e9
-        del nanoseconds, after, times
+        histogram = steady_histogram(after)
+        lived = iterations[timed] if timed is not None else iterations
+        lived = lived[skip:] if skip < len(lived) else lived[-1:]
+        lived = lived[lived >= 0]  # a thread's first step has no step before it
+        iteration = dict(steady_iteration_median_s=float(np.median(lived)) / 1e9,
+                         steady_iteration_p95_s=float(np.percentile(lived, 95, method="closest_observation")) / 1e9,
+                         steady_iteration_mean_s=int(lived.sum()) / 1e9 / len(lived),
+                         steady_iteration_histogram=steady_histogram(lived)) if len(lived) else {}
+        del nanoseconds, after, times, iterations, lived
         if totals is not None:
             count = int(totals.count[ids].sum())
             total_s = int(totals.sum_ns[ids].sum()) / 1e9
@@ -129,9 +138,29 @@ def step_stats(kept: Intervals, groups: List[tuple], context: ReadContext,
         result.append(StepStats(
             label=label, count=count, mean_s=mean, median_s=median, p95_s=p95, first_s=first,
             steady_mean_s=steady, warmup_steps=warm, warmup_s=warm_s, steady_median_s=steady_median,
-            steady_p95_s=steady_p95, durations_s=durations,
+            steady_p95_s=steady_p95, durations_s=durations, steady_histogram=histogram, **iteration,
         ))
     return result
+
+
+def _iterations(kept: Intervals, finished: np.ndarray) -> np.ndarray:
+    """Per finished step (``finished``: a mask of ``kept``, each thread's steps in the order they began), the
+    time since the same thread's step before it ended (ns): the step and the wait before it, as the user lives
+    an iteration; -1 for a thread's first."""
+    ends = kept.end[finished].astype(np.int64)
+    pid, tid = kept.pid[finished], kept.tid[finished]
+    found = np.full(len(ends), -1, np.int64)
+    if len(ends) > 1:
+        same = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+        found[1:] = np.where(same, ends[1:] - ends[:-1], -1)
+    return found
+
+
+def steady_histogram(nanoseconds: np.ndarray) -> Tuple[Tuple[float, int], ...]:
+    """Durations (ns) in buckets :data:`~.summary.STEADY_BUCKET_RATIO` apart: (lower bound in s, count), ascending."""
+    buckets = np.floor(np.log(np.maximum(nanoseconds, 1).astype(np.float64)) / np.log(STEADY_BUCKET_RATIO))
+    index, counts = np.unique(buckets.astype(np.int64), return_counts=True)
+    return tuple((float(STEADY_BUCKET_RATIO ** int(i) / 1e9), int(c)) for i, c in zip(index, counts))
 
 
 def _undisturbed(kept: Intervals, loop: np.ndarray, finished: np.ndarray, context: Optional[ReadContext]
@@ -282,7 +311,11 @@ def _held(left: Optional[Inside], group: int) -> Optional[Tuple[int, int, int, i
             int(left.self_library_ns[group]))
 
 
-def summarize(aggregates: Aggregates, context: ReadContext, top: int = 15) -> BuiltinSummary:
+#: the operators summary.json keeps: the most expensive, by self time with their library's
+TOP_OPERATORS = 15
+
+
+def summarize(aggregates: Aggregates, context: ReadContext, top: int = TOP_OPERATORS) -> BuiltinSummary:
     """The summary of a run from its aggregates: its tasks, steps and operators (the reading adds the rest)."""
     a = aggregates
     stats = task_stats(a)
