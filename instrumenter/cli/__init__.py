@@ -2,7 +2,8 @@
 
 ``instrument``/``strip``: :mod:`instrumenter.cli.copies`; ``loops``:
 :mod:`instrumenter.cli.listing`; ``profile``/``report``:
-:mod:`instrumenter.cli.profiling` and a backend. Each command counts its
+:mod:`instrumenter.cli.profiling` and a backend; ``compare``: :mod:`instrumenter.cli.comparing` and
+:mod:`instrumenter.comparison`. Each command counts its
 outcomes in a :class:`~instrumenter.cli.tally.Tally`, which chooses the exit code.
 Heavy imports (libcst, rich, the backends) happen inside the commands that
 need them, so ``autoitt --help`` starts quickly.
@@ -14,15 +15,14 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import click
 
 from .. import __version__
 from .diff import STYLES
-from .option_groups import (VTUNE_FLAGS, sample_rate_option, trace_limit_option, trace_steps_option, verbose_option,
-                          vtune_options)
-from ..profile.console import printable
+from .option_groups import (VTUNE_FLAGS, label_option, parse_domain, role_option, sample_rate_option,
+                            trace_limit_option, trace_steps_option, verbose_option, vtune_options)
 from ..profile.options import BACKENDS, BuiltinOptions, VTuneOptions
 from ..runtime.torch_ops import DEFAULT_EVERY, TORCH_OPS
 from .tally import Tally
@@ -36,81 +36,10 @@ Examples:
 """
 
 
-def _per_line(values: Sequence[str], metavar: str, example: str,
-              refused: Callable[[str], Optional[str]]) -> Tuple[Tuple[int, str], ...]:
-    """The (line, value) pairs of a repeatable ``LINE=VALUE`` option; ``refused`` says why a value is not
-    allowed, or ``None``."""
-    pairs = []
-    for given in values:
-        line, sep, value = given.partition("=")
-        value = value.strip()
-        if not sep or not line.strip().isdigit() or not value:
-            raise click.BadParameter(f"expected {metavar} (e.g. {example}), got {given!r}")
-        why = refused(value)
-        if why:
-            raise click.BadParameter(why)
-        pairs.append((int(line), value))
-    return tuple(pairs)
-
-
-def _name_refused(what: str, name: str) -> Optional[str]:
-    """Why an ITT name given on the command line (a label, a domain) is refused, or ``None``: it becomes a
-    task or domain of every trace, table and plot, so it is one line of visible text; no quotes or
-    backslashes, and no control character (newline, escape, DEL, C1, U+2028, a bidirectional override:
-    see :func:`~instrumenter.profile.console.printable`). The message shows the first such character escaped."""
-    bad = next((char for char in name if char in "\"\\" or printable(char) != char), None)
-    if bad is None:
-        return None
-    return (f"{what} cannot contain quotes, backslashes or control characters (newline, escape, ...): "
-            f"{printable(repr(bad))} in {printable(repr(name))}")
-
-
-def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: _name_refused("a label", name))
-
-
-def _parse_domain(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
-    why = _name_refused("a domain", value) if value is not None else None
-    if why:
-        raise click.BadParameter(why)
-    return value
-
-
-_label_option = click.option(
-    "--label",
-    "labels",
-    multiple=True,
-    metavar="LINE=NAME",
-    callback=_parse_labels,
-    help="Name the task of the loop (or call) on LINE of the original script; repeatable.",
-)
-
-#: What ``--role`` may set: a region's role, or ``skip`` (as the ``# autoitt:`` comments do).
-_ROLE_CHOICES = ("step", "epoch", "eval", "train-call", "skip")
-
-
-def _parse_roles(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    return _per_line(values, "LINE=ROLE", "42=eval", lambda role: (
-        None if role in _ROLE_CHOICES else f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)}, "
-                                           f"got {role!r}"))
-
-
-_role_option = click.option(
-    "--role",
-    "roles",
-    multiple=True,
-    metavar="LINE=ROLE",
-    callback=_parse_roles,
-    help="Set the role of the loop (or call) on LINE of the original script, as a '# autoitt: ROLE' comment "
-         "there would, without editing it: step, epoch, eval, train-call (a call that trains inside a library) "
-         "or skip; repeatable.",
-)
-
-
 def _mode_options(command):
     """The options that decide what is inserted, shared by instrument and profile."""
     for option in reversed([
-        click.option("--domain", metavar="NAME", callback=_parse_domain,
+        click.option("--domain", metavar="NAME", callback=parse_domain,
                      help="ITT domain for the markers. Default: autoitt.<script stem>."),
         click.option("--torch-ops", type=click.Choice(TORCH_OPS), default=None,
                      help="PyTorch's operators as ITT tasks (torch.autograd.profiler.emit_itt()): all, in every step; "
@@ -126,8 +55,8 @@ def _mode_options(command):
                      help="Collect M steps, then pause. Default: to the end of training."),
         click.option("--pt-regions", is_flag=True,
                      help="Also mark each step loop for VTune anomaly detection (itt.pt_region_*; at most 8)."),
-        _label_option,
-        _role_option,
+        label_option,
+        role_option,
     ]):
         command = option(command)
     return command
@@ -256,8 +185,8 @@ def _run_guarded(tally: Tally, action) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help='One JSON array, an object per region: {"line", "end_line", "role", "function", "label", '
                    '"reason", "path"}; path is relative to SCRIPT\'s folder.')
-@_label_option
-@_role_option
+@label_option
+@role_option
 def loops(script: Path, as_json: bool, labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...]) -> None:
     """List the training regions autoitt finds in SCRIPT (and the modules of its
     own folder it imports), and why.
@@ -411,6 +340,43 @@ def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps, verbos
         summary = _show(done, as_json, recompute or trace_steps is not None, verbose)
         # a folder the user may not write (someone else's) is still reported; a write that failed is an error
         _unwritten(tally, done.folder, [item for item in summary.unwritten if not item.folder_not_writable])
+
+    _run_guarded(tally, run)
+    sys.exit(int(tally.exit_code))
+
+
+@cli.command(epilog="""\b
+Examples:
+  autoitt compare autoitt-results/train-1 autoitt-results/train-2
+  autoitt compare before/ after/                  each a folder of repeats (autoitt profile -r before/1 ...)
+  autoitt compare BASE NEW --fail-if-slower 5     exit 1 when NEW is slower by 5 %, beyond noise
+  autoitt compare BASE NEW --json > compare.json
+""")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the comparison as JSON on stdout (fields: README, `autoitt compare`).")
+@click.option("--fail-if-slower", "fail_if_slower", type=click.FloatRange(min=0), metavar="PCT",
+              help="Exit 1 when NEW's steady step median is slower than BASE's by more than PCT percent and beyond "
+                   "noise: a CI job can gate on it.")
+@click.option("--threshold", type=click.FloatRange(min=0), metavar="PCT", default=None,
+              help="The least difference of the steady medians (percent) called beyond noise. Default: 30 with one "
+                   "run a side (two runs of one unchanged script differ by up to 20-30 % on a VM), 2 with repeats "
+                   "(whose own spread is tested).")
+def compare(base: Path, new: Path, as_json: bool, fail_if_slower: Optional[float], threshold: Optional[float]) -> None:
+    """Compare two sides, BASE then NEW: each a result folder of `autoitt profile`, or a folder of them (its
+    repeats: the noise between runs is then measured, not assumed).
+
+    First a verdict: the step loop's steady median, how it moved, and whether beyond noise. Then each step
+    loop (and each rank's), the phases per step, the operators, hotspots and lines of your code that moved
+    most (new and gone ones included), the counters and the run's wall time. What only one side has is named.
+    """
+    tally = Tally(quiet=as_json)
+
+    def run() -> None:
+        from .comparing import compare_folders, show
+
+        show(compare_folders(base, new, threshold), as_json, fail_if_slower, tally)
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))

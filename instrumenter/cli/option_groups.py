@@ -1,12 +1,14 @@
-"""The option groups of ``autoitt profile`` and ``report`` (the VTune backend's, the built-in backend's), and
-the click callbacks that check their values. :mod:`instrumenter.cli` puts them on its commands."""
+"""The option groups of ``autoitt profile`` and ``report`` (the VTune backend's, the built-in backend's), the
+options naming and placing regions (``--label``, ``--role``, ``--domain``), and the click callbacks that check
+their values. :mod:`instrumenter.cli` puts them on its commands."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import click
 
+from ..profile.console import printable
 from ..profile.options import (ANALYSES, DEFAULT_DATA_LIMIT_MB, DEFAULT_SAMPLE_HZ, DEFAULT_TRACE_LIMIT, SAMPLING_MODES,
                       parse_analyses, parse_size, split_args)
 
@@ -118,3 +120,74 @@ sample_rate_option = click.option(
     "--sample-rate", metavar="HZ", default=str(DEFAULT_SAMPLE_HZ), show_default=True, callback=checked(sample_rate),
     help="CPU-time samples per second of each thread, for the hotspots (functions, Python lines and native "
          "symbols, per task); 0 or off: no sampling. Built-in backend (with VTune, VTune samples).")
+
+
+def _per_line(values: Sequence[str], metavar: str, example: str,
+              refused: Callable[[str], Optional[str]]) -> Tuple[Tuple[int, str], ...]:
+    """The (line, value) pairs of a repeatable ``LINE=VALUE`` option; ``refused`` says why a value is not
+    allowed, or ``None``."""
+    pairs = []
+    for given in values:
+        line, sep, value = given.partition("=")
+        value = value.strip()
+        if not sep or not line.strip().isdigit() or not value:
+            raise click.BadParameter(f"expected {metavar} (e.g. {example}), got {given!r}")
+        why = refused(value)
+        if why:
+            raise click.BadParameter(why)
+        pairs.append((int(line), value))
+    return tuple(pairs)
+
+
+def _name_refused(what: str, name: str) -> Optional[str]:
+    """Why an ITT name given on the command line (a label, a domain) is refused, or ``None``: it becomes a
+    task or domain of every trace, table and plot, so it is one line of visible text; no quotes or
+    backslashes, and no control character (newline, escape, DEL, C1, U+2028, a bidirectional override:
+    see :func:`~instrumenter.profile.console.printable`). The message shows the first such character escaped."""
+    bad = next((char for char in name if char in "\"\\" or printable(char) != char), None)
+    if bad is None:
+        return None
+    return (f"{what} cannot contain quotes, backslashes or control characters (newline, escape, ...): "
+            f"{printable(repr(bad))} in {printable(repr(name))}")
+
+
+def _parse_labels(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    return _per_line(values, "LINE=NAME", "42=warmup", lambda name: _name_refused("a label", name))
+
+
+def parse_domain(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    why = _name_refused("a domain", value) if value is not None else None
+    if why:
+        raise click.BadParameter(why)
+    return value
+
+
+label_option = click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="LINE=NAME",
+    callback=_parse_labels,
+    help="Name the task of the loop (or call) on LINE of the original script; repeatable.",
+)
+
+#: What ``--role`` may set: a region's role, or ``skip`` (as the ``# autoitt:`` comments do).
+_ROLE_CHOICES = ("step", "epoch", "eval", "train-call", "skip")
+
+
+def _parse_roles(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    return _per_line(values, "LINE=ROLE", "42=eval", lambda role: (
+        None if role in _ROLE_CHOICES else f"expected LINE=ROLE with ROLE one of {', '.join(_ROLE_CHOICES)}, "
+                                           f"got {role!r}"))
+
+
+role_option = click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="LINE=ROLE",
+    callback=_parse_roles,
+    help="Set the role of the loop (or call) on LINE of the original script, as a '# autoitt: ROLE' comment "
+         "there would, without editing it: step, epoch, eval, train-call (a call that trains inside a library) "
+         "or skip; repeatable.",
+)

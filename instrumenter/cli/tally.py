@@ -1,7 +1,7 @@
 """Counting what each command did and choosing its exit code, in black's spirit (its ``report.py``).
 
-0: success (written, or nothing to do); 1: ``--check`` found a script that
-would change; 2: bad usage or input (missing file, syntax error, a file in
+0: success (written, or nothing to do); 1: a check failed (``--check`` found a
+script that would change, ``compare --fail-if-slower`` found NEW slower); 2: bad usage or input (missing file, syntax error, a file in
 the way); 123: an internal error. Messages go to stderr, so stdout carries
 only what was asked for (a diff, JSON).
 """
@@ -18,7 +18,8 @@ from ..profile.console import printable
 
 class ExitCode(IntEnum):
     OK = 0
-    WOULD_CHANGE = 1
+    CHECK_FAILED = 1
+    WOULD_CHANGE = 1  # ``--check``'s name for it
     INPUT_ERROR = 2
     INTERNAL_ERROR = 123
 
@@ -33,6 +34,7 @@ class Tally:
     unchanged: int = 0
     input_errors: int = 0
     internal_errors: int = 0
+    failed_checks: int = 0
 
     def changed_file(self, message: str) -> None:
         self.changed += 1
@@ -41,6 +43,11 @@ class Tally:
     def unchanged_file(self, message: str) -> None:
         self.unchanged += 1
         self._say(message)
+
+    def failed_check(self, message: str) -> None:
+        """A check the user asked for failed (exit 1), said on stderr even with ``--json``."""
+        self.failed_checks += 1
+        click.echo(click.style("check failed: ", fg="yellow", bold=True) + _lines(message), err=True)
 
     def note(self, message: str) -> None:
         self._say(message, dim=True)
@@ -69,8 +76,8 @@ class Tally:
             return ExitCode.INTERNAL_ERROR
         if self.input_errors:
             return ExitCode.INPUT_ERROR
-        if self.check and self.changed:
-            return ExitCode.WOULD_CHANGE
+        if (self.check and self.changed) or self.failed_checks:
+            return ExitCode.CHECK_FAILED
         return ExitCode.OK
 
 
