@@ -200,3 +200,26 @@ def test_any_step_label_and_title_give_well_formed_xml_showing_control_character
     assert "\\x7f\\x85\\x9b\\u2028\\u202e\\ufffe\\udcff" in head
     assert _all(root, "text", "title")[0].text.startswith("Step time, x\\x1b.py\\x00")
     assert _all(root, "rect", "plot-area", 0)[0].get("data-label").startswith("a\\x1b[31m\\n")
+
+
+def test_a_multi_rank_run_draws_a_line_per_rank_over_the_same_step_numbers():
+    from instrumenter.builtin.statistics.summary import RankStats
+
+    ranks = [RankStats(0, [10], [_steps([0.010] * 8)]), RankStats(1, [11], [_steps([0.012] * 8)])]
+    whole = _steps([0.010] * 8 + [0.012] * 8)
+    root = ElementTree.fromstring(step_time_svg([whole], "title", None, ranks))
+    lines = _all(root, "polyline", "steps")
+    assert [line.get("data-rank") for line in lines] == ["0", "1"]
+    assert max(int(tick.get("data-step")) for tick in _all(root, "text", "xtick")) == 8
+    legend = " ".join(text.text for text in _all(root, "text", "legend"))
+    assert "on each of 2 ranks" in legend and "one line per rank: rank 0 blue, rank 1 red" in legend
+
+
+def test_a_single_rank_or_plain_run_draws_one_line():
+    root = _draw(_steps([0.010] * 8))
+    assert [line.get("data-rank") for line in _all(root, "polyline", "steps")] == [None]
+
+
+def test_the_legend_says_what_the_filled_dots_are():
+    legend = " ".join(text.text for text in _all(_draw(_steps([0.010] * 8)), "text", "legend"))
+    assert "● the first step, and steps above the 95th percentile" in legend

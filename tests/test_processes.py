@@ -229,6 +229,9 @@ def test_torchrun_ranks_with_the_builtin_collector(tmp_path):
     summary, _done = _ddp_ranks_through(tmp_path, "torchrun --standalone --nproc_per_node 2")
     assert _steps(summary) == [("step", 6)]
     assert [(late["label"], late["steps"], late["ranks"]) for late in summary["stragglers"]] == [("step", 3, [0, 1])]
+    # steps.svg: a line per rank over the run's 3 step numbers, not the ranks' 6 steps end to end
+    svg = (tmp_path / "out" / "steps.svg").read_text()
+    assert svg.count('class="steps" data-rank=') == 2 and 'data-step="3"' in svg and 'data-step="6"' not in svg
 
 
 @pytest.mark.skipif(shutil.which("accelerate", path=os.path.dirname(sys.executable)) is None, reason="no accelerate")

@@ -91,6 +91,8 @@ class BuiltinBackend(Backend):
         from .statistics.phases import with_samples
         from dataclasses import replace
 
+        import numpy as np
+
         record, instrumentation, domains = context.record, context.instrumentation, context.domains
         trace_dir = folder / TRACE_SUBDIR
         scans, skipped = scan_trace_dir(trace_dir) if trace_dir.is_dir() else ([], [])
@@ -139,8 +141,11 @@ class BuiltinBackend(Backend):
             **outputs,
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name, trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
+            # with ranks, a line per rank; the marks of the first's steps
             "steps.svg": step_time_svg(steps, f"Step time, {script_name}",
-                                       step_marks(found.kept, found.groups, context, partial=found.limited)),
+                                       step_marks(found.kept if not ranks else found.kept.take(
+                                           np.isin(found.kept.pid, ranks[0].pids)), found.groups, context,
+                                           partial=found.limited), ranks),
         })
         return replace(summary, warnings=[*warnings, *unwritten_warnings(folder, unwritten)], unwritten=unwritten)
 

@@ -6,7 +6,9 @@ One panel per step loop (at most :data:`MAX_PANELS`), stacked, each with its own
 the text above it, never over the data. In a panel: the step times as a line (the steady median
 dashed), points above the 95th percentile marked, the warm-up shaded, a thin vertical line where a new
 epoch starts and a triangle above the steps after which an evaluation ran (:mod:`..statistics.step_marks`). The x
-axis counts the run's steps (from ``first_step``). When a few steps are far slower than the rest (the
+axis counts the run's steps (from ``first_step``); in a multi-rank run each rank is a line of its own over
+the same step numbers (the ith step of every rank is the run's ith step), the warm-up and the marks the first
+rank's. The legend says what the filled dots are. When a few steps are far slower than the rest (the
 first ones, an evaluation inside a step), the y axis stops at a scale the others are readable on
 (:data:`OFF_SCALE`), and the slower ones are drawn on its top edge as hollow marks saying their time.
 
@@ -18,8 +20,9 @@ and the panel says so). So the file stays small whatever the run's length.
 
 Elements carry classes (``legend``, ``plot-area``, ``steps``, ``band``, ``median``, ``mark``,
 ``offscale``, ``offscale-label``, ``warmup``, ``warmup-label``, ``epoch``, ``eval``, ``xtick``, ``ytick``,
-``note``), those of a panel a ``data-panel`` (its number, from 0), and the marks a
-``data-step`` (the run's step number), for tests and for anyone reading the file.
+``note``), those of a panel a ``data-panel`` (its number, from 0), a rank's line, band and marks a
+``data-rank``, and the marks a ``data-step`` (the run's step number), for tests and for anyone reading the
+file.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ _GAP = 10         # between panels
 _FOOT_H = 22      # the x axis's caption, and a note per line
 _CHARS_PER_LINE = 98  # of a legend line, at 12 px
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+_COLOUR_NAMES = dict(zip(_COLOURS, ("blue", "red", "green", "purple", "orange", "brown", "pink", "cyan")))
 #: At most this many points per series (one per step, or per range of steps).
 MAX_POINTS = 2000
 #: At most this many marked points per series.
@@ -138,28 +142,47 @@ def _lines(pieces: Sequence[str]) -> List[str]:
     return lines
 
 
-class _Panel:
-    """One step loop's panel: its legend lines, then the drawing (:meth:`draw`) at a given top."""
+class _Series:
+    """One line of a panel: a run's steps of the loop, or one rank's (``rank``), in ms, and its ranges."""
 
-    def __init__(self, steps, marks, colour: str) -> None:
-        self.steps, self.marks, self.colour = steps, marks, colour
+    def __init__(self, steps, colour: str, rank: Optional[int] = None) -> None:
+        self.steps, self.colour, self.rank = steps, colour, rank
         self.values = np.asarray(steps.durations_s, np.float64) * 1000
         self.ranges = _ranges(self.values)
+
+
+class _Panel:
+    """One step loop's panel: its legend lines, then the drawing (:meth:`draw`) at a given top.
+
+    ``ranks``: in a multi-rank run, the loop's steps of each rank (``(rank, StepStats)``): one line per rank over
+    the same step numbers (the ith step of every rank is the run's ith step), the warm-up and the marks the
+    first rank's; else the run's steps are one line."""
+
+    def __init__(self, steps, marks, colour: str, ranks: Sequence[tuple] = ()) -> None:
+        self.steps, self.marks, self.colour = steps, marks, colour
+        ranked = [(rank, stats) for rank, stats in ranks if len(stats.durations_s)]
+        self.lines = ([_Series(stats, _COLOURS[(_COLOURS.index(colour) + n) % len(_COLOURS)], rank)
+                       for n, (rank, stats) in enumerate(ranked)] if len(ranked) >= 2 else [_Series(steps, colour)])
+        first = self.lines[0]
+        self.values = first.values  # the warm-up, the first step and the x axis's numbers are the first line's
+        self.all_values = np.concatenate([line.values for line in self.lines])
+        self.ranges = first.ranges
         self.grouped = self.ranges[0].first != self.ranges[0].last
         self.first_step = max(1, int(getattr(steps, "first_step", 1) or 1))
-        count = len(self.values)
-        self.warmup = min(int(getattr(steps, "warmup_steps", 0) or 0), count)
+        count = max(len(line.values) for line in self.lines)
+        self.count = count
+        self.warmup = min(int(getattr(first.steps, "warmup_steps", 0) or 0), len(self.values))
         median, p95 = steps.median_s * 1000, steps.p95_s * 1000
         self.steady = (getattr(steps, "steady_median_s", 0.0) or 0.0) * 1000 or median
         steady_p95 = (getattr(steps, "steady_p95_s", 0.0) or 0.0) * 1000 or p95
         self.p95 = p95
         # the y scale: up to the slowest step, unless some are far slower than the steady ones
-        highest = float(self.values.max())
+        highest = float(self.all_values.max())
         limit = OFF_SCALE * max(steady_p95, self.steady)
-        below = self.values[self.values <= limit] if highest > limit > 0 else self.values
+        below = self.all_values[self.all_values <= limit] if highest > limit > 0 else self.all_values
         self.ticks = _nice_ticks(max(float(below.max()) if len(below) else highest, self.steady))
         self.top = self.ticks[-1] if self.ticks[-1] > 0 else 1.0
-        self.off_scale = int(np.count_nonzero(self.values > self.top))
+        self.off_scale = int(np.count_nonzero(self.all_values > self.top))
         starts = np.asarray(marks.epochs if marks else [], np.int64)
         # a line where an epoch starts after the panel's first step (at the first, the y axis is the boundary)
         self.epochs, self.epoch_every = _every(starts[starts > 0], MAX_EPOCH_MARKS)
@@ -173,15 +196,24 @@ class _Panel:
 
         last = self.first_step + count - 1
         numbers = f"{self.first_step:,} to {last:,}" if count > 1 else f"step {self.first_step:,}"
-        if count < steps.count:  # a trace limit: the statistics count every step, the durations stop there
+        kept = sum(len(line.values) for line in self.lines)
+        if kept < steps.count:  # a trace limit: the statistics count every step, the durations stop there
             head = f"{steps.label}: the first {count:,} of {steps.count:,} steps ({numbers}): the trace stops there"
         else:
             head = f"{steps.label}: {count:,} step{'s' if count != 1 else ''}, {numbers}"
+        if len(self.lines) > 1:
+            head += f", on each of {len(self.lines)} ranks"
         warm = (f"warm-up {self.warmup:,} step{'s' if self.warmup != 1 else ''} (shaded)" if self.warmup
                 else "no warm-up")
         stats = [f"median {_ms(median)} ms (steady {_ms(self.steady)} ms, dashed)", f"p95 {_ms(p95)} ms",
                  f"first step {_ms(self.values[0])} ms", warm]
         notes = []
+        if len(self.lines) > 1:
+            notes.append("one line per rank: " + ", ".join(f"rank {line.rank} {_COLOUR_NAMES[line.colour]}"
+                                                         for line in self.lines)
+                         + (f" (warm-up and marks: rank {first.rank}'s)" if self.warmup or marks else ""))
+        notes.append("● the first step, and steps above the 95th percentile" if not self.grouped
+                     else "● ranges whose slowest step is among the slowest 5 %")
         if self.grouped:
             notes.append(f"by ranges of {self.ranges[0].last + 1:,} steps: the line their median, the band their "
                          "minimum to maximum")
@@ -192,7 +224,7 @@ class _Panel:
         if self.eval_count:
             notes.append(f"▼ evaluation after the step ({self.eval_count:,}"
                          + (f"; every {_ordinal(self.eval_every)} drawn" if self.eval_every > 1 else "") + ")")
-        if marks is not None and (marks.partial or count < steps.count):
+        if marks is not None and (marks.partial or kept < steps.count):
             notes.append("epoch marks for the kept steps only")
         if self.off_scale:
             notes.append(f"○ on the top edge: {self.off_scale:,} step{'s' if self.off_scale != 1 else ''} "
@@ -206,7 +238,7 @@ class _Panel:
     def draw(self, out: List[str], top: float, number: int) -> None:
         start = len(out)
         steps, colour, values = self.steps, self.colour, self.values
-        count = len(values)
+        count = self.count
         plot_w = _WIDTH - _LEFT - _RIGHT
         plot_top = top + _LINE_H * len(self.legend) + 4 + _STRIP_H
         bottom = plot_top + _PLOT_H
@@ -255,7 +287,11 @@ class _Panel:
             self.taken.append((at - 4, at + 4))
             out.append(f'<path class="eval" data-step="{step(index)}" d="M{at - 4:.1f},{plot_top - 10:.1f} '
                        f'h8 l-4,8 z" fill="#555"><title>an evaluation ran {when} step {step(index):,}</title></path>')
-        self._series(out, x, y, step, plot_w)
+        for line in self.lines:
+            self._series(out, line, x, y, step)
+        out.append(f'<line class="median" x1="{_LEFT}" y1="{y(self.steady):.1f}" x2="{_LEFT + plot_w}" '
+                   f'y2="{y(self.steady):.1f}" stroke="{colour}" stroke-dasharray="5,4" stroke-width="1">'
+                   f'<title>steady median {self.steady:.2f} ms</title></line>')
         if self.warmup:
             # in the strip above the plotting area, at the shading's right end (inside it when it is wide,
             # as the first steps' marks are at its left), clear of the evaluation marks and the off-scale times
@@ -271,8 +307,12 @@ class _Panel:
         # each saying its panel
         out[start:] = [_PANEL_TAG.sub(rf'<\1 data-panel="{number}" ', element, count=1) for element in out[start:]]
 
-    def _series(self, out: List[str], x, y, step, plot_w: float) -> None:
-        label, colour, ranges, grouped = self.steps.label, self.colour, self.ranges, self.grouped
+    def _series(self, out: List[str], line: _Series, x, y, step) -> None:
+        label, colour, ranges = self.steps.label, line.colour, line.ranges
+        grouped = ranges[0].first != ranges[0].last
+        if line.rank is not None:
+            label = f"{label}, rank {line.rank}"
+        rank = f' data-rank="{line.rank}"' if line.rank is not None else ""
 
         def mid(r: _Range) -> float:
             return x((r.first + r.last) / 2)
@@ -280,14 +320,12 @@ class _Panel:
         if grouped:
             band = [f"{mid(r):.1f},{y(r.high):.1f}" for r in ranges] + \
                    [f"{mid(r):.1f},{y(r.low):.1f}" for r in reversed(ranges)]
-            out.append(f'<polygon class="band" fill="{colour}" fill-opacity="0.2" stroke="none" '
+            out.append(f'<polygon class="band"{rank} fill="{colour}" fill-opacity="0.2" stroke="none" '
                        f'points="{" ".join(band)}"><title>{escape(label)}: min to max of each range of '
                        f'{ranges[0].last + 1:,} steps</title></polygon>')
         points = " ".join(f"{mid(r):.1f},{y(r.median):.1f}" for r in ranges)
-        out.append(f'<polyline class="steps" fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>')
-        out.append(f'<line class="median" x1="{_LEFT}" y1="{y(self.steady):.1f}" x2="{_LEFT + plot_w}" '
-                   f'y2="{y(self.steady):.1f}" stroke="{colour}" stroke-dasharray="5,4" stroke-width="1">'
-                   f'<title>steady median {self.steady:.2f} ms</title></line>')
+        out.append(f'<polyline class="steps"{rank} fill="none" stroke="{colour}" stroke-width="1.5" '
+                   f'points="{points}"/>')
         # a range of many steps nearly always holds one above the 95th percentile: ranges are marked when their
         # maximum is also among the highest 5 % of the ranges' maxima (unlike most of the others)
         above = self.p95 if not grouped else max(self.p95, float(np.percentile([r.high for r in ranges], 95)))
@@ -298,7 +336,7 @@ class _Panel:
             value = r.high if grouped else r.median
             off = value > self.top
             style = f'fill="white" stroke="{colour}" stroke-width="1.5"' if off else f'fill="{colour}"'
-            out.append(f'<circle class="mark{" offscale" if off else ""}" data-step="{step(r.first)}" '
+            out.append(f'<circle class="mark{" offscale" if off else ""}"{rank} data-step="{step(r.first)}" '
                        f'cx="{mid(r):.1f}" cy="{y(value):.1f}" r="3.5" {style}>'
                        f'<title>{escape(label)} {steps}: {value:.2f} ms{" (off the scale)" if off else ""}</title>'
                        '</circle>')
@@ -331,7 +369,7 @@ class _Panel:
         return None
 
     def _x_ticks(self, out: List[str], x, step, bottom: float) -> None:
-        count = len(self.values)
+        count = self.count
         first, last = step(0), step(count - 1)
         spacing = 80  # px between labels, at least
         chosen: List[int] = []
@@ -352,12 +390,20 @@ class _Panel:
                        f'text-anchor="{anchor}">{text}</text>')
 
 
-def step_time_svg(steps: Sequence, title: str, marks: Optional[Mapping[str, object]] = None) -> str:
+def step_time_svg(steps: Sequence, title: str, marks: Optional[Mapping[str, object]] = None,
+                  ranks: Sequence = ()) -> str:
     """An SVG document with a panel per step loop plotting its step durations (ms) against the run's step
-    number; ``marks``: per step label, its :class:`~..statistics.step_marks.StepMarks` (epoch starts, evaluations)."""
+    number; ``marks``: per step label, its :class:`~..statistics.step_marks.StepMarks` (epoch starts, evaluations),
+    over the steps of the panel's first line; ``ranks``: a multi-rank run's
+    :class:`~..statistics.summary.RankStats`, a line per rank in each panel."""
     series = [s for s in steps if len(s.durations_s)]
     shown = series[:MAX_PANELS]
-    panels = [_Panel(s, (marks or {}).get(s.label), _COLOURS[n % len(_COLOURS)]) for n, s in enumerate(shown)]
+
+    def by_rank(label: str) -> List[tuple]:
+        return [(rank.rank, stats) for rank in ranks for stats in rank.steps if stats.label == label]
+
+    panels = [_Panel(s, (marks or {}).get(s.label), _COLOURS[n % len(_COLOURS)], by_rank(s.label))
+              for n, s in enumerate(shown)]
     notes = []
     if len(series) > len(shown):
         hidden = len(series) - len(shown)
