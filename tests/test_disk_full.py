@@ -76,7 +76,7 @@ def test_results_that_cannot_be_written_exit_2_and_only_the_files_written_are_li
     assert result.exit_code == 2, result.output
     assert "error: could not write trace.json, steps.svg (No space left on device) in out/" in result.stderr
     assert "internal error" not in result.output
-    assert _listed(result.stdout) == "summary.json"
+    assert _listed(result.stdout) == "report.html (open in a browser), summary.json"
     assert sorted(p.name for p in (work / "out").iterdir() if p.name.endswith((".json", ".svg"))) == \
         ["instrumentation.json", "loops.json", "run.json", "summary.json"]
 

@@ -37,6 +37,8 @@ TRACE_SUBDIR = "itt"
 SUMMARY_FILE = "summary.json"
 #: The sampled stacks, folded (flame-graph tools, speedscope).
 FOLDED_FILE = "hotspots.folded"
+#: the run on one offline page (:mod:`.output.html`)
+HTML_FILE = "report.html"
 
 
 class BuiltinBackend(Backend):
@@ -79,6 +81,7 @@ class BuiltinBackend(Backend):
         from ..profile.results import save_outputs, unwritten_warnings
         from .output import chrome_trace
         from .statistics.aggregate import aggregate
+        from .output.html import report_html
         from .output.plot import step_time_svg
         from .statistics.step_marks import step_marks
         from .statistics.ranks import rank_stats, stragglers
@@ -137,15 +140,17 @@ class BuiltinBackend(Backend):
                           counters=task_counters(traces, found, domains), counter_notes=counter_notes(traces),
                           **samples)
         script_name = readable(Path(record.script).name)
+        # with ranks, a line per rank; the marks of the first's steps
+        svg = step_time_svg(steps, f"Step time, {script_name}",
+                            step_marks(found.kept if not ranks else found.kept.take(np.isin(found.kept.pid, ranks[0].pids)),
+                                       found.groups, context, partial=found.limited), ranks)
         unwritten = save_outputs(folder, {
             **outputs,
             "trace.json": lambda out: chrome_trace.write(out, traces, kept, found.groups, script_name, trace_window),
             SUMMARY_FILE: json.dumps(summary.to_json(), indent=2) + "\n",
-            # with ranks, a line per rank; the marks of the first's steps
-            "steps.svg": step_time_svg(steps, f"Step time, {script_name}",
-                                       step_marks(found.kept if not ranks else found.kept.take(
-                                           np.isin(found.kept.pid, ranks[0].pids)), found.groups, context,
-                                           partial=found.limited), ranks),
+            "steps.svg": svg,
+            HTML_FILE: report_html(summary, script=record.script, result_dir=folder, instrumentation=instrumentation,
+                                   svg=svg, folded=sampled.folded if sampled is not None else ()),
         })
         return replace(summary, warnings=[*warnings, *unwritten_warnings(folder, unwritten)], unwritten=unwritten)
 

@@ -321,11 +321,14 @@ def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], bac
 @click.argument("result_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("--recompute", is_flag=True,
-              help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg) instead of "
-                   "printing the saved summary.")
+              help="Read everything collected again (and rewrite summary.json, trace.json, steps.svg, report.html) "
+                   "instead of printing the saved summary.")
+@click.option("--html", "html", is_flag=True,
+              help="Write report.html in RESULT_DIR (the run on one page, offline: reads everything again) and say "
+                   "where. The built-in backend's runs.")
 @trace_steps_option
 @verbose_option
-def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps, verbose: bool) -> None:
+def report(result_dir: Path, as_json: bool, recompute: bool, html: bool, trace_steps, verbose: bool) -> None:
     """Print the summary of an earlier `autoitt profile` run again (from RESULT_DIR).
 
     The summary saved by the run is printed as it is, whatever the run's length; it is read again from
@@ -337,7 +340,16 @@ def report(result_dir: Path, as_json: bool, recompute: bool, trace_steps, verbos
         from .profiling import load
 
         done = load(result_dir, trace_steps)  # another window (a StepWindow): the traces are read again
-        summary = _show(done, as_json, recompute or trace_steps is not None, verbose)
+        if html and done.record.backend != "builtin":
+            tally.input_error(f"{result_dir} is a {done.record.backend} run: report.html is the built-in backend's")
+            return
+        summary = _show(done, as_json, recompute or html or trace_steps is not None, verbose)
+        if html:
+            failed = next((item for item in summary.unwritten if item.name == "report.html"), None)
+            if failed is not None:  # asked for: an error even where the folder is not the user's to write
+                tally.input_error(f"could not write report.html in {done.folder}/ ({failed.reason})")
+                return
+            tally.note(f"report.html written: {done.folder / 'report.html'}")
         # a folder the user may not write (someone else's) is still reported; a write that failed is an error
         _unwritten(tally, done.folder, [item for item in summary.unwritten if not item.folder_not_writable])
 

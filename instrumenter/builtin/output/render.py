@@ -47,8 +47,9 @@ def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str
 
 
 def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir: Path,
-           instrumentation: Optional[Instrumentation], verbose: bool = False) -> None:
-    """Header, where the run went, step loops with their phases, top operators, notes, and the files."""
+           instrumentation: Optional[Instrumentation], verbose: bool = False, files: bool = True) -> None:
+    """Header, where the run went, step loops with their phases, top operators, notes, and (``files``) the
+    result files there are."""
     own_domain = instrumentation.domain if instrumentation is not None else None
     share = collected_line(summary.elapsed_s, summary.collected_s)
     console.print(f"[bold]autoitt profile[/bold] of {literal(script)}, builtin backend")
@@ -85,10 +86,13 @@ def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir
         console.print(f"[yellow]warning:[/yellow] {literal(warning)}")
     if summary.trace_window:
         console.print(f"[dim]{literal(summary.trace_window)}[/dim]")
+    if not files:
+        return
     folder = literal(result_dir)
     # only the files there are: a full disk may have kept some from being written
-    written = [name + (" (open in https://ui.perfetto.dev)" if name == "trace.json" else "")
-               for name in ("trace.json", "steps.svg", "summary.json") if (result_dir / name).is_file()]
+    written = [name + {"trace.json": " (open in https://ui.perfetto.dev)", "report.html": " (open in a browser)"}.get(
+               name, "") for name in ("report.html", "trace.json", "steps.svg", "summary.json")
+               if (result_dir / name).is_file()]
     console.print((f"Results in {folder}/: {', '.join(written)}; " if written else
                    f"No trace.json, steps.svg or summary.json in {folder}/; ")
                   + f"`autoitt report {folder}` prints this again"

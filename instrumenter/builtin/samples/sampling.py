@@ -32,6 +32,8 @@ from .stacks import AUTOITT, Resolver
 TASKS = 10
 #: The outside-collection list is short.
 OUTSIDE = 8
+#: The root frame of the folded stacks taken outside collection (the others' is their task: ``[step]``).
+OUTSIDE_ROOT = "[outside collection]"
 
 
 @dataclass
@@ -111,7 +113,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     result.outside = hotspots.top(stacks, uncollected, period_s, OUTSIDE)
     result.outside_lines = hotspots.own_lines(stacks, uncollected, period_s, OUTSIDE)
     # folded stacks under a root frame saying where they ran, so a flame graph splits by task first
-    result.folded = list(hotspots.folded(stacks, uncollected, ("[outside collection]",)))
+    result.folded = list(hotspots.folded(stacks, uncollected, (OUTSIDE_ROOT,)))
     by_task_cpu: Dict[str, float] = {}
     for key, name in enumerate(region_names):
         chosen = inside & (region_key == key)
