@@ -255,3 +255,21 @@ def test_repeats_beyond_their_spread_but_within_the_2_percent_floor_are_within_n
     base = Medians((0.001000, 0.001001, 0.000999), (None,) * 3)
     new = Medians((0.001010, 0.001011, 0.001009), (None,) * 3)
     assert difference(base, new).difference == "within noise"
+
+
+def test_html_writes_the_comparison_as_a_page_that_opens_clean_in_chromium(runs, tmp_path):
+    from tests.test_report_html import browse, status
+
+    out = tmp_path / "compare.html"
+    done = autoitt("compare", str(runs["base"]), str(runs["slow"]), "--html", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"comparison page written: {out}" in done.stderr
+    text = out.read_text()
+    assert "NEW is slower beyond noise" in text and "Phases of step, per step" in text
+    said = status(browse(out, "--dump-dom").stdout)
+    assert (said["data-errors"], said["data-blocked"]) == ("0", "0")
+
+
+def test_html_into_a_folder_that_does_not_exist_is_an_input_error(runs, tmp_path):
+    done = autoitt("compare", str(runs["base"]), str(runs["again"]), "--html", str(tmp_path / "no" / "c.html"))
+    assert done.returncode == 2 and "cannot write the comparison page" in done.stderr

@@ -375,7 +375,10 @@ Examples:
               help="The least difference of the steady medians (percent) called beyond noise. Default: 30 with one "
                    "run a side (two runs of one unchanged script differ by up to 20-30 % on a VM), 2 with repeats "
                    "(whose own spread is tested).")
-def compare(base: Path, new: Path, as_json: bool, fail_if_slower: Optional[float], threshold: Optional[float]) -> None:
+@click.option("--html", "html", type=click.Path(path_type=Path, dir_okay=False), metavar="OUT",
+              help="Also write the comparison as a page that opens offline (OUT, e.g. compare.html).")
+def compare(base: Path, new: Path, as_json: bool, fail_if_slower: Optional[float], threshold: Optional[float],
+            html: Optional[Path]) -> None:
     """Compare two sides, BASE then NEW: each a result folder of `autoitt profile`, or a folder of them (its
     repeats: the noise between runs is then measured, not assumed).
 
@@ -388,7 +391,7 @@ def compare(base: Path, new: Path, as_json: bool, fail_if_slower: Optional[float
     def run() -> None:
         from .comparing import compare_folders, show
 
-        show(compare_folders(base, new, threshold), as_json, fail_if_slower, tally)
+        show(compare_folders(base, new, threshold), as_json, fail_if_slower, tally, html)
 
     _run_guarded(tally, run)
     sys.exit(int(tally.exit_code))

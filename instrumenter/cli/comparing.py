@@ -48,9 +48,20 @@ def compare_folders(base: Path, new: Path, threshold_percent: Optional[float] = 
     return compare(read_side(base), read_side(new), None if threshold_percent is None else threshold_percent / 100)
 
 
-def show(comparison: Comparison, as_json: bool, fail_if_slower: Optional[float], tally: Tally) -> None:
-    """Print the comparison (JSON, or for a person); with ``fail_if_slower`` (percent), a failed check (exit 1)
-    where NEW is slower by more than that beyond noise, and a note where it is only within noise."""
+def show(comparison: Comparison, as_json: bool, fail_if_slower: Optional[float], tally: Tally,
+         html: Optional[Path] = None) -> None:
+    """Print the comparison (JSON, or for a person), and with ``html`` write it there as a page; with
+    ``fail_if_slower`` (percent), a failed check (exit 1) where NEW is slower by more than that beyond noise,
+    and a note where it is only within noise. Raises ``OutputError`` where the page cannot be written."""
+    if html is not None:
+        from ..comparison import render_html
+        from ..sources.files import OutputError, atomic_write
+
+        try:
+            atomic_write(html, render_html(comparison).encode("utf-8"))
+        except OSError as exc:
+            raise OutputError(html, f"cannot write the comparison page ({exc.strerror})") from None
+        tally.note(f"comparison page written: {html}")
     if as_json:
         click.echo(json.dumps(comparison.to_json(), indent=2))
     else:

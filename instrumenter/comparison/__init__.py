@@ -10,8 +10,8 @@ by :mod:`instrumenter.cli.comparing`.
 from ._compare import TOP_MOVERS, Change, Comparison, Mover, Run, Side, StepComparison, compare
 from ._noise import (CONFIDENCE, MIN_STEPS, ONE_RUN_THRESHOLD, REPEATS_THRESHOLD, Interval, Medians, Verdict,
                      difference, median_interval)
-from ._render import render
+from ._render import render, render_html
 
 __all__ = ["CONFIDENCE", "MIN_STEPS", "ONE_RUN_THRESHOLD", "REPEATS_THRESHOLD", "TOP_MOVERS", "Change",
            "Comparison", "Interval", "Medians", "Mover", "Run", "Side", "StepComparison", "Verdict", "compare",
-           "difference", "median_interval", "render"]
+           "difference", "median_interval", "render", "render_html"]

@@ -5,14 +5,46 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from html import escape as _escape
+
 from rich.console import Console
 
-from ..profile.console import duration, literal, table
+from ..profile.console import duration, literal, printable, table
 from ._compare import Change, Comparison, Mover
 from ._noise import CONFIDENCE
 
 #: rows of each movers' table on the terminal (the JSON has :data:`~._compare.TOP_MOVERS`)
 _ROWS = 8
+
+
+def render_html(comparison: Comparison) -> str:
+    """The comparison as a page that opens offline (``--html OUT``): what the terminal shows, and each step
+    loop's phases as paired bars."""
+    from ..builtin.output.html import page, terminal_html
+
+    return page(f"autoitt compare: {comparison.new.script}", f"autoitt compare of {comparison.new.script}",
+                terminal_html(lambda console: render(comparison, console)) + _phase_bars(comparison))
+
+
+def escape(text: str) -> str:
+    """A name from a trace as HTML text: printable, and escaped."""
+    return _escape(printable(text))
+
+
+def _phase_bars(comparison: Comparison) -> str:
+    """Each phase of the compared loop, BASE's bar above NEW's, on one scale."""
+    main = comparison.main
+    if main is None or not main.phases:
+        return ""
+    top = max(max(c.base or 0.0, c.new or 0.0) for c in main.phases.values()) or 1.0
+    rows = []
+    for name, change in main.phases.items():
+        for side, value, colour in (("BASE", change.base, "#999"), ("NEW", change.new, "#4e79a7")):
+            width = (value or 0.0) / top * 400
+            rows.append(f'<tr><td>{escape(name) if side == "BASE" else ""}</td><td>{side}</td>'
+                        f'<td class="num">{_time(value)}</td><td><span class="bar" style="width:{width:.0f}px;'
+                        f'background:{colour}"></span></td></tr>')
+    return f"<h2>Phases of {escape(main.label)}, per step</h2><table>{''.join(rows)}</table>"
 
 
 def render(comparison: Comparison, console: Console) -> None:

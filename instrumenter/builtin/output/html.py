@@ -216,15 +216,11 @@ def _pruned(node: dict, kept: set) -> dict:
 
 def _summary_text(summary: BuiltinSummary, script: str, result_dir: Path,
                   instrumentation: Optional[Instrumentation]) -> str:
-    """The one-screen summary as the terminal shows it, exported by rich as HTML (inline styles)."""
-    from rich.console import Console
-
+    """The one-screen summary as the terminal shows it (the result files left out: not all are written yet)."""
     from .render import render
 
-    console = Console(record=True, width=120, file=io.StringIO(), highlight=False, emoji=False,
-                      color_system="truecolor", force_terminal=True)
-    render(summary, console, script=script, result_dir=result_dir, instrumentation=instrumentation, files=False)
-    return console.export_html(inline_styles=True, code_format='<pre class="summary">{code}</pre>')
+    return terminal_html(lambda console: render(summary, console, script=script, result_dir=result_dir,
+                                                instrumentation=instrumentation, files=False))
 
 
 def _phases(summary: BuiltinSummary) -> str:
@@ -276,6 +272,40 @@ def _hotspots(rows: List[Hotspot], lines: bool = False) -> str:
     return _table(["function", "where", "self CPU", "total CPU"],
                   [[h.function, f"{h.file}:{h.line}" if h.file else h.library, h.self_s, h.total_s] for h in rows],
                   {2, 3})
+
+
+#: the status line's last word on a page without the flame graph's script
+_FINISH = """
+window.addEventListener('load', function () {
+  var status = document.getElementById('autoitt-status');
+  var errors = window.autoittErrors.length, blocked = window.autoittBlocked.length;
+  status.setAttribute('data-errors', errors);
+  status.setAttribute('data-blocked', blocked);
+  status.textContent = errors || blocked ? errors + ' script error(s), ' + blocked + ' blocked request(s)' : 'page ready';
+});
+"""
+
+
+def page(title: str, heading: str, body: str) -> str:
+    """A page of autoitt's with no script of its own but the status line's (``autoitt compare --html``): the
+    same policy, styles and ``#autoitt-status`` as report.html; ``body`` is HTML."""
+    return "".join([
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">',
+        f"<title>{_text(title)}</title><script>{_WATCH}</script><style>{_STYLE}</style></head><body>",
+        f'<h1>{_text(heading)}</h1><p id="autoitt-status">loading…</p>', body,
+        f"<script>{_FINISH}</script></body></html>\n",
+    ])
+
+
+def terminal_html(draw) -> str:
+    """What ``draw(console)`` prints on a 120-column terminal, as HTML (rich's export, inline styles)."""
+    from rich.console import Console
+
+    console = Console(record=True, width=120, file=io.StringIO(), highlight=False, emoji=False,
+                      color_system="truecolor", force_terminal=True)
+    draw(console)
+    return console.export_html(inline_styles=True, code_format='<pre class="summary">{code}</pre>')
 
 
 def report_html(summary: BuiltinSummary, *, script: str, result_dir: Path, instrumentation: Optional[Instrumentation],
