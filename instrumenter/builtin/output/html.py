@@ -10,8 +10,8 @@ stack), with search and zoom, and the operator, hotspot and your-code tables (so
 Self-contained: the scripts and styles are inline (d3 and d3-flame-graph, vendored in ``vendor/`` with their
 licences: its README says which and why), and a Content-Security-Policy forbids the page any request, so
 it works offline and shows nothing of the machine it is opened on to anyone. The page says on itself whether
-it ran clean: ``#autoitt-status`` holds ``data-errors`` and ``data-blocked`` (scripts that failed, requests
-the policy refused), what the browser test reads.
+it ran clean: ``#autoitt-status`` holds ``data-errors`` and ``data-blocked`` (scripts that failed or wrote an
+error to the console, requests the policy refused), what the browser test reads.
 
 Bounded, whatever the run: the flame graph keeps at most :data:`FLAME_NODES` frames (the smallest folded into
 their parent), ``steps.svg`` and the tables are bounded already; a page of a long run stays well under
@@ -158,6 +158,13 @@ if (location.hash.indexOf('#selftest') === 0) {
 }
 window.autoittErrors = []; window.autoittBlocked = [];
 window.addEventListener('error', function (e) { window.autoittErrors.push(String(e.message)); });
+window.addEventListener('unhandledrejection', function (e) { window.autoittErrors.push(String(e.reason)); });
+(function (original) {  // what a script says on the console as an error counts as one
+  console.error = function () {
+    window.autoittErrors.push(Array.prototype.join.call(arguments, ' '));
+    return original.apply(console, arguments);
+  };
+})(console.error);
 document.addEventListener('securitypolicyviolation', function (e) { window.autoittBlocked.push(e.blockedURI); });
 """
 
