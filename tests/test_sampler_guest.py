@@ -180,7 +180,7 @@ def test_many_threads_under_a_small_limit_on_open_files_open_theirs_as_without_a
 
 
 SAMPLER_EVENTS = """
-    import os
+    import os, threading, time
 
     def event_numbers(table):
         numbers = []
@@ -204,6 +204,15 @@ SAMPLER_EVENTS = """
     def set_up():
         with open("/proc/self/timers") as timers:
             return max(perf_events(scanner_table()), timers.read().count("ID:"))
+
+    def four_busy_threads(table):
+        # starts 4 threads busy 0.4 s each; waits (3 s at most) until table() holds 5 perf events
+        threads = [threading.Thread(target=busy, args=(0.4,)) for _ in range(4)]
+        for t in threads: t.start()
+        deadline = time.monotonic() + 3
+        while perf_events(table()) < 5 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return threads
 """
 
 
@@ -244,13 +253,9 @@ def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_pat
 
 def test_the_programs_descriptor_table_holds_none_of_the_samplers_events(tmp_path):
     done, _ = run_target(tmp_path, busy_script(textwrap.dedent(SAMPLER_EVENTS) + textwrap.dedent("""
-        import threading, time, ittapi.compat as itt
+        import ittapi.compat as itt
         itt.resume()
-        threads = [threading.Thread(target=busy, args=(0.4,)) for _ in range(4)]
-        for t in threads: t.start()
-        deadline = time.monotonic() + 3
-        while perf_events(scanner_table()) < 5 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        threads = four_busy_threads(scanner_table)
         print(perf_events(scanner_table()), perf_events("/proc/self/fd"))
         for t in threads: t.join()
     """)), AUTOITT_SAMPLE_MECHANISM="perf")
@@ -260,13 +265,9 @@ def test_the_programs_descriptor_table_holds_none_of_the_samplers_events(tmp_pat
 def test_where_the_sampler_cannot_have_a_table_of_its_own_its_events_sit_above_the_programs_limit(tmp_path):
     # (unshare(CLONE_FILES) is refused by Docker's default seccomp profile; AUTOITT_SAMPLE_SHARED_FDS=1 acts so)
     done, traces = run_target(tmp_path, busy_script(textwrap.dedent(SAMPLER_EVENTS) + textwrap.dedent("""
-        import resource, threading, time, ittapi.compat as itt
+        import resource, ittapi.compat as itt
         itt.resume()
-        threads = [threading.Thread(target=busy, args=(0.4,)) for _ in range(4)]
-        for t in threads: t.start()
-        deadline = time.monotonic() + 3
-        while perf_events("/proc/self/fd") < 5 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        threads = four_busy_threads(lambda: "/proc/self/fd")
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         events = event_numbers("/proc/self/fd")
         # above the soft limit, or in the top eighth of a large one (writer.c's fd_out_of_the_way)

@@ -692,3 +692,30 @@ def test_a_torch_training_shows_its_steps_and_operators_per_task(tmp_path):
     tasks = {t["task"] for t in analyses[0]["results"][0]["tasks"]}
     assert {"step", "aten::linear"} <= tasks
     assert any(t["task"] == "step" and t["top_down"] for t in analyses[1]["results"][0]["tasks"])
+
+
+def test_two_vtune_runs_compare_by_cpu_time_per_task_with_no_step_time_to_test(tiny_run, tmp_path):
+    """``autoitt compare`` of two VTune result folders (the stand-in's, from VTune's documented CLI: see the
+    module's docstring): CPU time per ITT task and per function moved, and no step durations, said so."""
+    folder, _, _, _ = tiny_run
+    again = tmp_path / "again"
+    shutil.copytree(folder / "out", again)
+    done = run_autoitt("compare", str(folder / "out"), str(again), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["steps"] == [] and result["verdict"].startswith("no step loop to compare")
+    assert any("VTune runs have CPU time per task" in note for note in result["unmatched"])
+    assert "step" in {row["name"] for row in result["operators"]}
+    assert result["run_split"]["elapsed_s"]["ratio"] == 1.0
+
+
+def test_a_vtune_run_and_a_built_in_run_compare_their_wall_time_only(tiny_run, tmp_path):
+    folder, _, _, _ = tiny_run
+    (tmp_path / "tiny.py").write_text(TINY)
+    built = run_autoitt("profile", "--backend", "builtin", "-r", "builtin", "tiny.py", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-2000:]
+    done = run_autoitt("compare", str(folder / "out"), str(tmp_path / "builtin"), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert any("on the vtune backend, NEW on the builtin backend" in note for note in result["unmatched"])
+    assert set(result["run_split"]) == {"elapsed_s", "collected_s"} and result["steps"] == []

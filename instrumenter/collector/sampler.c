@@ -802,6 +802,26 @@ static void s_unready_reason_locked(void)
     s_reason_locked(reason);
 }
 
+/* The numeric entries of a /proc listing (tids, descriptors), in a malloc'ed array (the caller frees it), in
+   listing order; *n their count.  NULL where there are none, or where memory ran out before the first. */
+static uint32_t *s_numbers(DIR *dir, size_t *n)
+{
+    uint32_t *found = NULL;
+    size_t cap = 0;
+    struct dirent *e;
+    *n = 0;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (*n == cap) {
+            uint32_t *bigger = realloc(found, (cap = cap ? 2 * cap : 64) * sizeof *found);
+            if (!bigger) break;
+            found = bigger;
+        }
+        found[(*n)++] = (uint32_t)strtoul(e->d_name, NULL, 10);
+    }
+    return found;
+}
+
 static int s_cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -825,18 +845,8 @@ static void s_scan_locked(void)
         rewinddir(dir);
     }
     if (!dir) return;
-    uint32_t *tids = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        if (n == cap) {
-            uint32_t *bigger = realloc(tids, (cap = cap ? 2 * cap : 64) * sizeof *tids);
-            if (!bigger) break;
-            tids = bigger;
-        }
-        tids[n++] = (uint32_t)strtoul(e->d_name, NULL, 10);
-    }
+    size_t n;
+    uint32_t *tids = s_numbers(dir, &n);
     if (!tids) {
         /* the program closed our descriptor (closerange): open another at the next scan; the old DIR is
            left, never closed, since its number may be the program's by now */
@@ -1169,23 +1179,13 @@ static void s_close_all_but(const int *keep, int n)
     /* before Linux 5.9: the table's own listing */
     DIR *dir = opendir("/proc/thread-self/fd");
     if (!dir) return;
-    int *fds = NULL;
-    size_t count = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(dir))) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        if (count == cap) {
-            int *bigger = realloc(fds, (cap = cap ? 2 * cap : 64) * sizeof *fds);
-            if (!bigger) break;
-            fds = bigger;
-        }
-        fds[count++] = atoi(e->d_name);
-    }
+    size_t count;
+    uint32_t *fds = s_numbers(dir, &count);
     closedir(dir);
     for (size_t i = 0; i < count; i++) {
         int kept = 0;
-        for (int k = 0; k < n && !kept; k++) kept = fds[i] == keep[k];
-        if (!kept) close(fds[i]);
+        for (int k = 0; k < n && !kept; k++) kept = (int)fds[i] == keep[k];
+        if (!kept) close((int)fds[i]);
     }
     free(fds);
 }
