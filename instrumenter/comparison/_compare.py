@@ -7,9 +7,9 @@ what both sides have is compared; what one has alone is named in ``unmatched``.
 
 The noise test takes every run's steady median of each loop's iterations (a step and the wait before it,
 as the user lives the loop; the step task's where a summary lacks them) (:mod:`._noise`). The other figures
-are one run's a side: the side's typical run, whose steady median of the compared loop is its side's median. Per-step figures
-(operators, hotspots, your code) are that run's totals over its number of steps of the compared loop (the
-first both sides have), so runs of different lengths compare.
+are one run's a side: the side's typical run, whose steady median of the compared loop is its side's median.
+Per-step figures (operators, hotspots, your code) are that run's totals over its number of steps of the
+compared loop (the first both sides have), so runs of different lengths compare.
 """
 
 from __future__ import annotations
@@ -55,9 +55,6 @@ class Run:
     script: str
     backend: str
     summary: Summary
-
-    def to_json(self) -> Dict[str, str]:
-        return {"folder": str(self.folder), "script": self.script, "backend": self.backend}
 
 
 @dataclass(frozen=True)
@@ -280,17 +277,16 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
                   if any(t.label == s.label for t in new.runs[0].summary.steps)), None)
     x, y = base.typical(first), new.typical(first)
     a, b = x.summary, y.summary
-    unkept: List[str] = []
-    steps = _steps(base, new, a.steps, b.steps, None, threshold, unmatched, unkept)
+    steps = _steps(base, new, a.steps, b.steps, None, threshold, unmatched)
     ranks_a, ranks_b = {r.rank: r for r in a.ranks}, {r.rank: r for r in b.ranks}
     for rank in sorted(set(ranks_a) & set(ranks_b)):
-        steps += _steps(base, new, ranks_a[rank].steps, ranks_b[rank].steps, rank, threshold, unmatched, unkept)
+        steps += _steps(base, new, ranks_a[rank].steps, ranks_b[rank].steps, rank, threshold, unmatched)
     if set(ranks_a) ^ set(ranks_b):
         only = sorted(set(ranks_a) ^ set(ranks_b))
         unmatched.append(f"rank(s) {', '.join(map(str, only))} in one side only")
-    if unkept:
-        older = [str(run.folder) for side in (base, new) for run in side.runs
-                 if any(not s.steady_histogram for s in run.summary.steps)]
+    older = [str(run.folder) for side in (base, new) for run in side.runs
+             if any(not s.steady_iteration_histogram for s in run.summary.steps)]
+    if older:
         unmatched.append(f"no step histogram in {', '.join(older)} (a summary.json of an earlier autoitt): the "
                          "noise test needs it; `autoitt report --recompute FOLDER` adds it")
     main = next((s for s in steps if s.rank is None), None)
@@ -316,10 +312,9 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
 
 
 def _steps(base: Side, new: Side, a: Sequence, b: Sequence, rank: Optional[int], threshold: Optional[float],
-           unmatched: List[str], unkept: List[str]) -> List[StepComparison]:
+           unmatched: List[str]) -> List[StepComparison]:
     """The step loops the typical runs both have (``a``, ``b``: the whole run's, or one rank's), tested on
-    every run's median; the loops of one side only named in ``unmatched``, those without a histogram in
-    ``unkept``."""
+    every run's median; the loops of one side only named in ``unmatched``."""
     whose = "" if rank is None else f"rank {rank}'s "
     by_a, by_b = {s.label: s for s in a}, {s.label: s for s in b}
     for label in [s.label for s in a if s.label not in by_b]:
@@ -339,9 +334,6 @@ def _steps(base: Side, new: Side, a: Sequence, b: Sequence, rank: Optional[int],
                 mean_s=Change(getattr(x, mean) or None, getattr(y, mean) or None),
                 verdict=difference(medians[0], medians[1], threshold), base_medians=medians[0],
                 new_medians=medians[1])
-        if any(not step.steady_iteration_histogram for side in (base, new) for run in side.runs
-               for step in run.summary.steps if step.label == label):
-            unkept.append(label)
         phases = {name: Change(x.phases.get(name, {}).get("seconds_per_step"),
                                y.phases.get(name, {}).get("seconds_per_step"))
                   for name in [*x.phases, *(n for n in y.phases if n not in x.phases)]}

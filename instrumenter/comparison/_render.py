@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from html import escape as _escape
-
 from rich.console import Console
 
-from ..profile.console import duration, literal, printable, table
+from ..profile.console import duration, literal, table
 from ._compare import Change, Comparison, Mover
 from ._noise import CONFIDENCE
 
@@ -26,13 +24,10 @@ def render_html(comparison: Comparison) -> str:
                 terminal_html(lambda console: render(comparison, console)) + _phase_bars(comparison))
 
 
-def escape(text: str) -> str:
-    """A name from a trace as HTML text: printable, and escaped."""
-    return _escape(printable(text))
-
-
 def _phase_bars(comparison: Comparison) -> str:
     """Each phase of the compared loop, BASE's bar above NEW's, on one scale."""
+    from ..builtin.output.html import html_text
+
     main = comparison.main
     if main is None or not main.phases:
         return ""
@@ -41,10 +36,10 @@ def _phase_bars(comparison: Comparison) -> str:
     for name, change in main.phases.items():
         for side, value, colour in (("BASE", change.base, "#999"), ("NEW", change.new, "#4e79a7")):
             width = (value or 0.0) / top * 400
-            rows.append(f'<tr><td>{escape(name) if side == "BASE" else ""}</td><td>{side}</td>'
+            rows.append(f'<tr><td>{html_text(name) if side == "BASE" else ""}</td><td>{side}</td>'
                         f'<td class="num">{_time(value)}</td><td><span class="bar" style="width:{width:.0f}px;'
                         f'background:{colour}"></span></td></tr>')
-    return f"<h2>Phases of {escape(main.label)}, per step</h2><table>{''.join(rows)}</table>"
+    return f"<h2>Phases of {html_text(main.label)}, per step</h2><table>{''.join(rows)}</table>"
 
 
 def render(comparison: Comparison, console: Console) -> None:
@@ -97,6 +92,7 @@ def render(comparison: Comparison, console: Console) -> None:
         for name, change in shown.items():
             split.add_row(name.removesuffix("_s"), _time(change.base), _time(change.new), _delta(change))
         console.print(split)
+
 
 def _movers(console: Console, title: str, movers: List[Mover]) -> None:
     if not movers:

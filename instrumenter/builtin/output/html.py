@@ -137,12 +137,8 @@ _APP = r"""
     finish();
   }
   function finish() {
-    var errors = window.autoittErrors.length, blocked = window.autoittBlocked.length;
-    status.setAttribute('data-errors', errors);
-    status.setAttribute('data-blocked', blocked);
     status.setAttribute('data-frames', holder.querySelectorAll('g.frame').length);
-    status.textContent = errors || blocked ? errors + ' script error(s), ' + blocked + ' blocked request(s): '
-      + window.autoittErrors.concat(window.autoittBlocked).join('; ') : 'page ready';
+    window.autoittFinish();
   }
   // after the chart's first drawing, whose frames grow into place (d3's transitions: 250 ms)
   window.addEventListener('load', function () { setTimeout(settle, 1000); });
@@ -166,6 +162,14 @@ window.addEventListener('unhandledrejection', function (e) { window.autoittError
   };
 })(console.error);
 document.addEventListener('securitypolicyviolation', function (e) { window.autoittBlocked.push(e.blockedURI); });
+window.autoittFinish = function () {  // the status line's last word, once the page has done its work
+  var status = document.getElementById('autoitt-status');
+  var errors = window.autoittErrors.length, blocked = window.autoittBlocked.length;
+  status.setAttribute('data-errors', errors);
+  status.setAttribute('data-blocked', blocked);
+  status.textContent = errors || blocked ? errors + ' script error(s), ' + blocked + ' blocked request(s): '
+    + window.autoittErrors.concat(window.autoittBlocked).join('; ') : 'page ready';
+};
 """
 
 
@@ -173,7 +177,7 @@ def _vendored(name: str) -> str:
     return resources.files(__package__).joinpath("vendor", name).read_text(encoding="utf-8")
 
 
-def _text(value: object) -> str:
+def html_text(value: object) -> str:
     """Text from a trace or the user as HTML character data: printable, and ``<``, ``>``, ``&`` escaped."""
     return printable(str(value)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -238,18 +242,19 @@ def _phases(summary: BuiltinSummary) -> str:
         rows = []
         for name, phase in step.phases.items():
             width = max(0.0, min(1.0, phase.get("share", 0.0))) * 400
-            rows.append(f'<tr class="phase"><td>{_text(name)}</td><td class="num">'
+            rows.append(f'<tr class="phase"><td>{html_text(name)}</td><td class="num">'
                         f'{duration(phase.get("seconds_per_step", 0.0))}</td><td class="num">'
                         f'{phase.get("share", 0.0):.0%}</td><td><span class="bar" style="width:{width:.0f}px">'
                         '</span></td></tr>')
-        parts.append(f"<h3>{_text(step.label)}: per step, over {step.phase_steps:,} steady steps</h3>"
+        parts.append(f"<h3>{html_text(step.label)}: per step, over {step.phase_steps:,} steady steps</h3>"
                      f"<table>{''.join(rows)}</table>")
     return "".join(parts) or "<p>No phases: no steady step recorded its operators.</p>"
 
 
 def _table(columns: List[str], rows: List[List[object]], numeric: set) -> str:
     """A sortable table; cells of ``numeric`` columns are seconds, shown as durations, sorted by value."""
-    head = "".join(f'<th class="{"num" if i in numeric else ""}">{_text(c)}</th>' for i, c in enumerate(columns))
+    head = "".join(f'<th class="{"num" if i in numeric else ""}">{html_text(c)}</th>'
+                   for i, c in enumerate(columns))
     body = []
     for row in rows:
         cells = []
@@ -257,7 +262,7 @@ def _table(columns: List[str], rows: List[List[object]], numeric: set) -> str:
             if i in numeric and isinstance(value, (int, float)):
                 cells.append(f'<td class="num" data-value="{value:.9g}">{duration(value)}</td>')
             else:
-                cells.append(f"<td>{_text(value if value is not None else '')}</td>")
+                cells.append(f"<td>{html_text(value if value is not None else '')}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -281,27 +286,22 @@ def _hotspots(rows: List[Hotspot], lines: bool = False) -> str:
                   {2, 3})
 
 
-#: the status line's last word on a page without the flame graph's script
-_FINISH = """
-window.addEventListener('load', function () {
-  var status = document.getElementById('autoitt-status');
-  var errors = window.autoittErrors.length, blocked = window.autoittBlocked.length;
-  status.setAttribute('data-errors', errors);
-  status.setAttribute('data-blocked', blocked);
-  status.textContent = errors || blocked ? errors + ' script error(s), ' + blocked + ' blocked request(s)' : 'page ready';
-});
-"""
+#: a page without a script of its own: its status line is done once it has loaded
+_FINISH = "window.addEventListener('load', function () { window.autoittFinish(); });"
 
 
-def page(title: str, heading: str, body: str) -> str:
-    """A page of autoitt's with no script of its own but the status line's (``autoitt compare --html``): the
-    same policy, styles and ``#autoitt-status`` as report.html; ``body`` is HTML."""
+def page(title: str, heading: str, body: str, *, style: str = "", scripts: str = f"<script>{_FINISH}</script>"
+         ) -> str:
+    """A page of autoitt's (report.html, ``autoitt compare --html``): the policy that forbids it any request,
+    the script watching what goes wrong (first in <head>), the styles (``style`` added), the heading and the
+    ``#autoitt-status`` line, ``body`` (HTML), then ``scripts`` (HTML), whose work ends with
+    ``autoittFinish()``."""
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">',
-        f"<title>{_text(title)}</title><script>{_WATCH}</script><style>{_STYLE}</style></head><body>",
-        f'<h1>{_text(heading)}</h1><p id="autoitt-status">loading…</p>', body,
-        f"<script>{_FINISH}</script></body></html>\n",
+        f"<title>{html_text(title)}</title><script>{_WATCH}</script><style>{_STYLE}{style}</style></head><body>",
+        f'<h1>{html_text(heading)}</h1><p id="autoitt-status">loading…</p>', body, scripts,
+        "</body></html>\n",
     ])
 
 
@@ -318,16 +318,7 @@ def terminal_html(draw) -> str:
 def report_html(summary: BuiltinSummary, *, script: str, result_dir: Path, instrumentation: Optional[Instrumentation],
                 svg: str, folded: Iterable[str]) -> str:
     """The page (the module's contents): ``svg`` is steps.svg's text, ``folded`` the folded stacks'."""
-    name = Path(script).name
-    scripts = "".join(f"<script>{_vendored(file)}</script>" for file in _VENDOR)
-    return "".join([
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">',
-        f"<title>autoitt: {_text(name)}</title>",
-        f"<script>{_WATCH}</script>",
-        f"<style>{_STYLE}{_vendored(_VENDOR_CSS)}</style></head><body>",
-        f"<h1>autoitt profile of {_text(script)}</h1>",
-        '<p id="autoitt-status">loading…</p>',
+    body = "".join([
         '<nav><a href="#summary">Summary</a><a href="#steps">Step time</a><a href="#phases">Phases</a>'
         '<a href="#flame">Flame graph</a><a href="#operators">Operators</a><a href="#hotspots">Hotspots</a>'
         '<a href="#lines">Your code</a></nav>',
@@ -342,7 +333,8 @@ def report_html(summary: BuiltinSummary, *, script: str, result_dir: Path, instr
         '<h2 id="operators">Operators</h2>', _operators(summary.operators),
         '<h2 id="hotspots">Hotspots: sampled CPU time over the collected training</h2>', _hotspots(summary.hotspots),
         '<h2 id="lines">Your code</h2>', _hotspots(summary.hotspot_lines, lines=True),
-        scripts,
-        f'<script type="application/json" id="flame-data">{_script_json(flame_trees(folded))}</script>',
-        f"<script>{_APP}</script></body></html>\n",
     ])
+    scripts = "".join(f"<script>{_vendored(file)}</script>" for file in _VENDOR)
+    return page(f"autoitt: {Path(script).name}", f"autoitt profile of {script}", body,
+                style=_vendored(_VENDOR_CSS), scripts=scripts + f'<script type="application/json" id="flame-data">'
+                f"{_script_json(flame_trees(folded))}</script><script>{_APP}</script>")
