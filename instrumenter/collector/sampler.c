@@ -676,6 +676,16 @@ static void s_close_events(sthread *st)
     }
 }
 
+/* Every sampled thread's events: the scanner's own on its way out (they are in its table), then at the end
+   what is left (timers; perf events where the scanner shares the process's table). */
+static void s_close_all_events_locked(void)
+{
+    for (uint32_t i = 0; i < s_nthreads; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (st->in_use) s_close_events(st);
+    }
+}
+
 static void s_free_state(sthread *st)
 {
     s_close_events(st);
@@ -1291,10 +1301,7 @@ static void *s_scanner_main(void *arg)
     if (atomic_load(&s_table) == S_TABLE_OWN) {
         /* its events are in its own table: closed here (sampler_finish joins this thread first) */
         pthread_mutex_lock(&s_mutex);
-        for (uint32_t i = 0; i < s_nthreads; i++) {
-            sthread *st = atomic_load(&s_threads[i]);
-            if (st->in_use) s_close_events(st);
-        }
+        s_close_all_events_locked();
         if (s_task_dir) closedir(s_task_dir);
         s_task_dir = NULL;
         pthread_mutex_unlock(&s_mutex);
@@ -1567,10 +1574,7 @@ void sampler_finish(void)
     if (s_scanner_running && !pthread_equal(pthread_self(), s_scanner)) pthread_join(s_scanner, NULL);
     s_scanner_running = 0;
     pthread_mutex_lock(&s_mutex);
-    for (uint32_t i = 0; i < s_nthreads; i++) {
-        sthread *st = atomic_load(&s_threads[i]);
-        if (st->in_use) s_close_events(st);
-    }
+    s_close_all_events_locked();
     if (s_fd < 0 && s_mechanism != SM_NONE) s_open_file_locked();
     s_drain_locked(1);
     pthread_mutex_unlock(&s_mutex);
