@@ -273,3 +273,19 @@ def test_html_writes_the_comparison_as_a_page_that_opens_clean_in_chromium(runs,
 def test_html_into_a_folder_that_does_not_exist_is_an_input_error(runs, tmp_path):
     done = autoitt("compare", str(runs["base"]), str(runs["again"]), "--html", str(tmp_path / "no" / "c.html"))
     assert done.returncode == 2 and "cannot write the comparison page" in done.stderr
+
+
+def test_a_movers_delta_is_a_bound_only_where_a_table_lacks_the_entry():
+    from rich.console import Console
+
+    from instrumenter.comparison import Change, Mover
+    from instrumenter.comparison._render import _movers
+
+    console = Console(record=True, width=120, highlight=False)
+    _movers(console, "t", [Mover("new_op", "PyTorch", Change(None, 0.002)),
+                           Mover("entered_op", "PyTorch", Change(None, 0.003), base_at_most=0.001)])
+    text = console.export_text()
+    new_row = next(line for line in text.splitlines() if "new_op" in line)
+    entered_row = next(line for line in text.splitlines() if "entered_op" in line)
+    assert "+2.00 ms" in new_row and "≥" not in new_row
+    assert "≥ +2.00 ms" in entered_row

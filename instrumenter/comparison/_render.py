@@ -100,7 +100,8 @@ def _movers(console: Console, title: str, movers: List[Mover]) -> None:
     rows = table(title, ["name", "where", "BASE", "NEW", "delta"])
     for mover in movers[:_ROWS]:
         rows.add_row(literal(mover.name), literal(mover.where), _listed(mover.change.base, mover.base_at_most),
-                     _listed(mover.change.new, mover.new_at_most), _signed(mover.moved, mover.status != "changed"))
+                     _listed(mover.change.new, mover.new_at_most),
+                     _signed(mover.moved, mover.status in ("entered", "left")))
     console.print(rows)
 
 
