@@ -89,11 +89,11 @@ itt.resume()
 for i in range(6):
     itt.task_begin(own, "step")
     block = bytearray(8 << 20)  # 8 MiB touched: about 2000 page faults
-    end = time.process_time() + 0.005
+    end = time.process_time() + 0.012  # over COUNT_EVERY_NS: every step is counted
     while time.process_time() < end:
         pass
     itt.task_end(own)
-for i in range(20000):  # steps of a microsecond: counted one a millisecond
+for i in range(20000):  # steps of a microsecond: counted one per 10 ms
     itt.task_begin(own, "tiny")
     itt.task_end(own)
 """
@@ -120,7 +120,7 @@ import time
 
 def train(steps):
     for i in range(steps):  # autoitt: step
-        time.sleep(0.003)  # over COUNT_EVERY_NS: every step is counted
+        time.sleep(0.011)  # over COUNT_EVERY_NS (10 ms): every step is counted
 """
 
 

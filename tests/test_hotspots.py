@@ -241,7 +241,8 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
     assert summary["hotspots_by_task"]["step"]
     assert ("train.py", 2) in {(row["file"], row["line"]) for row in summary["hotspot_lines_outside"]}  # import
     step = summary["counters"]["step"]
-    assert step["count"] == 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
+    # steps of a few ms are counted once per 10 ms at most (counters.c's COUNT_EVERY_NS): a share of the 40
+    assert 4 <= step["count"] < 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
     assert (tmp_path / "out" / "hotspots.folded").read_text().count("[step];") > 10
 
 
@@ -289,5 +290,6 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     # Inside the step, Python is what runs. The time between steps (``data``: the loop's own) is left out:
     # on a loaded machine the scheduler's gaps land there and outgrew the steps once in a full suite run.
     assert max((name for name in phases if name != "data"), key=phases.get) == "python", phases
-    # short regions are counted one a millisecond at most (counters.c): most of the 60 steps, not always all
-    assert summary["counters"]["step"]["count"] >= 30 and summary["counters"]["step"]["cpu_s"] > 0
+    # regions shorter than 10 ms are counted once per 10 ms at most (counters.c): about a third of these 60
+    # steps of 4 ms
+    assert 10 <= summary["counters"]["step"]["count"] < 60 and summary["counters"]["step"]["cpu_s"] > 0

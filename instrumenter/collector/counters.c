@@ -76,10 +76,14 @@ static void read_counts(struct own_counts *c)
     }
 }
 
-/* Own tasks at one depth of a thread are counted at most once per this many ns: reading the counts costs
-   ~1.4 µs (a getrusage and a clock read), a sizeable share of a step of a few µs, and none of a step of
-   a millisecond or more, which is always counted. */
-#define COUNT_EVERY_NS 1000000ull
+/* Own tasks at one depth of a thread are counted at most once per this many ns.  Reading the counts costs
+   ~1.4 µs in a loop that does nothing else (a getrusage and a clock read), but a real step pays more: after
+   a millisecond of PyTorch the kernel's paths are out of the caches, and a counted step of the conv sample
+   paid ~20 µs in all in this VM (measured in one process: benchmarks/bench_step_parts.py).  At once a millisecond
+   that was 2 % of a 1 ms step and 1.6 % of the conv sample's 0.43 ms one (counted one in three); at once
+   per 10 ms, a step of 10 ms or more is always counted and pays ≤ 0.2 %, a shorter one is counted one in
+   10 ms. */
+#define COUNT_EVERY_NS 10000000ull
 
 /* An own task began: its counts so far, at its place in the thread's task stack (unless one at this
    depth was counted less than COUNT_EVERY_NS ago). */

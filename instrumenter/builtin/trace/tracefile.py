@@ -176,9 +176,9 @@ when a task of one of them begins, and writes what they grew by when it ends
 and 9 follow it with theirs. The counts are the process's, every thread
 included (OpenMP workers count in the step that keeps them busy); nested own
 tasks each count their own span (an epoch's include its steps'). Own tasks at
-one nesting depth of a thread are counted at most once a millisecond (reading
-the counts costs ~2.7 µs a task), so a loop of very short steps has one counted
-a millisecond: the records' count says how many were. Past the trace limit
+one nesting depth of a thread are counted at most once per 10 ms (reading the
+counts costs a real step ~20 µs, its kernel paths cold), so a loop of short
+steps has one counted per 10 ms: the records' count says how many were. Past the trace limit
 they are not written: they cover the tasks before it.
 
 Collection control

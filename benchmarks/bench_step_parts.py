@@ -1,0 +1,171 @@
+"""What each part of autoitt's per-step work costs a real PyTorch step, measured inside one process.
+
+Separate processes of one script differ by several percent on this VM (``autoitt compare``'s noise
+measurement: a coefficient of variation of 8.5 %), more than the parts being measured. So this runs one
+process per loop, with the collector attached (``INTEL_LIBITTNOTIFY64``, sampling off: the sampler cannot
+be switched within a process) and, for scale, one without it (the ITT calls are no-ops), and inside it
+alternates blocks of steps, each block one way of marking the step:
+
+* ``bare``: the step alone;
+* ``task``: a step task on a domain that is not one of autoitt's own (the runtime's ``task_begin`` with its
+  string handle made once, the collector's begin and end records);
+* ``own task``: the same on an own domain (``autoitt.train``): the collector also reads the process's
+  counters at its begin and end (counters.c, at most once per ``COUNT_EVERY_NS`` per nesting depth);
+* ``own task, operators 1/N``: and PyTorch's operators recorded in every N-th step, as
+  ``--torch-ops sampled`` does (:class:`instrumenter.runtime.torch_ops.OperatorToggle`; no ranges).
+
+Each round runs every case once (``--block`` steps each), so drift hits them alike; a case's cost is the
+median over rounds of its block's mean step minus the same round's ``bare`` block's, with the quartiles.
+Loops: ``conv`` (samples/torch_train.py's ConvNet and data, a step of about 0.45 ms) and ``small_ops`` (a
+12-layer MLP of width 64 at batch 8 with Adam, about 1.3 ms), one thread each.
+
+Usage: ``python benchmarks/bench_step_parts.py [--rounds 15] [--block 200] [--only conv|small_ops]
+[--every 20,50]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LOOPS = {
+    "conv": """
+        import runpy
+        from torch.utils.data import DataLoader
+        sample = runpy.run_path({sample!r}, run_name="sample")
+        loader = DataLoader(sample["SyntheticImageDataset"](sample["TRAIN_SAMPLES"], seed=0),
+                            batch_size=sample["BATCH_SIZE"], shuffle=False)
+        model = sample["ConvNet"]()
+        criterion = torch.nn.MSELoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        batches = list(loader)
+
+        def step(i):
+            data, target = batches[i % len(batches)]
+            optimizer.zero_grad()
+            criterion(model(data), target).backward()
+            optimizer.step()
+    """,
+    "small_ops": """
+        layers = []
+        for _ in range(12):
+            layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x, y = torch.randn(8, 64), torch.randn(8, 64)
+
+        def step(i):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    """,
+}
+
+CHILD = """
+import json, statistics, sys, time
+import torch
+import ittapi.compat as ittc
+from instrumenter.runtime.collection import Collection
+from instrumenter.runtime.torch_ops import OperatorSampling, OperatorToggle
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+{loop}
+rounds, block, everies = {rounds}, {block}, {everies}
+itt = Collection(ittc)
+own, other = itt.domain_create("autoitt.train"), itt.domain_create("bench.other")
+cases = {{"bare": (None, None), "task": (itt, other), "own task": (itt, own)}}
+for every in everies:
+    sampled = Collection(ittc)
+    sampled._operators = OperatorToggle(OperatorSampling(every=every, ranges=()))
+    sampled._operators.add(["step"])
+    cases[f"own task, operators 1/{{every}}"] = (sampled, own)
+
+
+def run(marker, domain):
+    started = time.perf_counter()
+    for i in range(block):
+        if marker is not None:
+            marker.task_begin(domain, "step")
+        step(i)
+        if marker is not None:
+            marker.task_end(domain)
+    return (time.perf_counter() - started) / block
+
+
+itt.resume()
+for i in range(50):
+    step(i)
+times = {{name: [] for name in cases}}
+for _ in range(rounds):
+    for name, (marker, domain) in cases.items():
+        times[name].append(run(marker, domain))
+print(json.dumps(times))
+"""
+
+
+def measure(loop: str, rounds: int, block: int, everies: list, collector: bool) -> dict:
+    """{case: [mean step of each round's block, s]} from one child process."""
+    code = CHILD.format(loop=textwrap.dedent(LOOPS[loop]).format(sample=str(ROOT / "samples" / "torch_train.py")),
+                        rounds=rounds, block=block, everies=everies)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    trace = None
+    if collector:
+        import tempfile
+
+        from instrumenter.collector import environment
+
+        trace = tempfile.TemporaryDirectory()
+        env.update(environment(Path(trace.name), start_paused=False, sample_hz=0, own_domains=["autoitt.train"]))
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    finally:
+        if trace is not None:
+            trace.cleanup()
+    if done.returncode != 0:
+        raise SystemExit(f"the {loop} loop failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(loop: str, collector: bool, times: dict) -> None:
+    bare = times["bare"]
+    print(f"\n{loop}, {'collector attached (sampling off)' if collector else 'no collector (ITT calls are no-ops)'}: "
+          f"bare step {statistics.median(bare) * 1e6:.1f} µs (median of {len(bare)} blocks)")
+    print(f"  {'case':<30}{'extra µs a step':>16}{'quartiles':>16}{'of the step':>13}")
+    for name, values in times.items():
+        if name == "bare":
+            continue
+        extra = [(value - base) * 1e6 for value, base in zip(values, bare)]
+        q1, _, q3 = statistics.quantiles(extra)
+        middle = statistics.median(extra)
+        print(f"  {name:<30}{middle:>16.1f}{q1:>8.1f} to {q3:<5.1f}{middle / (statistics.median(bare) * 1e6):>12.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--block", type=int, default=200, help="steps of each case in a round")
+    parser.add_argument("--only", choices=sorted(LOOPS))
+    parser.add_argument("--every", default="20,50", help="the N of the operator cases, comma-separated")
+    args = parser.parse_args()
+    everies = [int(n) for n in args.every.split(",") if n]
+    sys.path.insert(0, str(ROOT))
+    from instrumenter.collector import library_path
+
+    print(f"collector: {library_path()}")
+    for loop in [args.only] if args.only else list(LOOPS):
+        for collector in (True, False):
+            report(loop, collector, measure(loop, args.rounds, args.block, everies, collector))
+
+
+if __name__ == "__main__":
+    main()
