@@ -27,7 +27,9 @@ class Recorder:
     def install(self, monkeypatch) -> "Recorder":
         real = {name: getattr(ittapi.compat, name) for name in
                 ("task_end", "resume", "pause", "pt_region_begin", "pt_region_end")}
-        real["task_begin"] = ittapi.native.task_begin
+        # A copy's runtime calls ittapi.native's task_begin and task_end (instrumenter.runtime.collection), the
+        # collection window ittapi.compat's task_end: both are recorded.
+        real["task_begin"], real["native_task_end"] = ittapi.native.task_begin, ittapi.native.task_end
 
         def task_begin(domain, handle):
             # A copy's runtime begins tasks with string handles it made once (instrumenter.runtime.collection).
@@ -38,7 +40,7 @@ class Recorder:
             self._stack().append(name)
             real["task_begin"](domain, handle)
 
-        def task_end(domain):
+        def task_end(domain, real_end="task_end"):
             stack = self._stack()
             if not stack:
                 self.violations.append("task_end without an open task")
@@ -48,7 +50,10 @@ class Recorder:
             if not self.collecting:
                 self.violations.append(f"task {name!r} ended while collection is paused")
             self.calls.append(("end", name))
-            real["task_end"](domain)
+            real[real_end](domain)
+
+        def native_task_end(domain):
+            task_end(domain, "native_task_end")
 
         def resume():
             self.calls.append(("resume", None))
@@ -74,6 +79,7 @@ class Recorder:
 
         monkeypatch.setattr(ittapi.native, "task_begin", task_begin)
         monkeypatch.setattr(ittapi.compat, "task_end", task_end)
+        monkeypatch.setattr(ittapi.native, "task_end", native_task_end)
         monkeypatch.setattr(ittapi.compat, "resume", resume)
         monkeypatch.setattr(ittapi.compat, "pause", pause)
         monkeypatch.setattr(ittapi.compat, "pt_region_begin", pt_begin)

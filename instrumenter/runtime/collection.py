@@ -37,15 +37,32 @@ _regions = 0
 _handles: Dict[str, Any] = {}
 
 
-def task_begin(domain: Any, name: str) -> None:
-    """``__itt_task_begin`` on ``domain`` with the one string handle of ``name``."""
-    import ittapi.native  # looked up at each call, so that a test (or a profiler) may wrap it
+#: ``ittapi.native``, imported at the first task: its functions are looked up on it at each call, so that a
+#: test (or a profiler) may wrap them
+_native: Any = None
 
+
+def _first_native() -> Any:
+    global _native
+    import ittapi.native
+
+    _native = ittapi.native
+    return _native
+
+
+def task_begin(domain: Any, name: str) -> None:
+    """``__itt_task_begin`` on ``domain`` with the one string handle of ``name``.
+
+    Every step runs this and :meth:`Collection.task_end`, after a step's worth of the framework's own code has
+    left them out of the CPU's caches: each Python call and lookup here costs far more than it does in a loop
+    (about 5 µs a step for the pair on the conv sample, benchmarks/bench_step_parts.py), so they are kept few.
+    """
+    native = _native or _first_native()
     handle = _handles.get(name)
     if handle is None:
         with _lock:
-            handle = _handles.setdefault(name, ittapi.native.StringHandle(name))
-    ittapi.native.task_begin(domain, handle)
+            handle = _handles.setdefault(name, native.StringHandle(name))
+    native.task_begin(domain, handle)
 
 
 class Collection:
@@ -82,13 +99,16 @@ class Collection:
 
     def task_begin(self, domain: Any, name: str) -> None:
         task_begin(domain, name)
-        if self._operators is not None:
-            self._operators.begin(name)  # after the task began: the operators are the iteration's children
+        operators = self._operators
+        if operators is not None:
+            operators.begin(name)  # after the task began: the operators are the iteration's children
 
     def task_end(self, domain: Any) -> None:
-        if self._operators is not None:
-            self._operators.end()
-        self._itt.task_end(domain)
+        operators = self._operators
+        if operators is not None:
+            operators.end()
+        # ``ittapi.compat.task_end`` is a Python function around this one: a call less per step
+        (_native or _first_native()).task_end(domain)
 
     def domain_create(self, name: Optional[str] = None) -> Any:
         return self._itt.domain_create(name)

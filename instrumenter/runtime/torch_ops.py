@@ -143,6 +143,10 @@ class OperatorToggle:
 
     def __init__(self, sampling: OperatorSampling) -> None:
         self.sampling = sampling
+        # A step past every range that is not a multiple of ``every`` records nothing: told without calling
+        # ``recorded`` (each call a step makes costs microseconds, see collection.task_begin).
+        self._every = sampling.every
+        self._ranges_end = max((last for _, last in sampling.ranges), default=0)
         self._counters: Dict[str, Iterator[int]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -165,7 +169,7 @@ class OperatorToggle:
         if entered is not None:  # inside an iteration recording its operators already
             entered.inside += 1
             return
-        if not number or not self.sampling.recorded(number):
+        if not number or (number % self._every and number > self._ranges_end) or not self.sampling.recorded(number):
             return
         torch = sys.modules.get("torch")
         if torch is None:
