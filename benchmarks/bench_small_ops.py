@@ -147,6 +147,17 @@ def breakdown(median: dict, ops: float) -> list:
     ]
 
 
+def median_interval(values: list, z: float = 1.96) -> tuple:
+    """A distribution-free 95 % interval of the median of ``values`` (the order statistics of ranks
+    n/2 ± z·√n/2, as ``autoitt compare`` reads its intervals); (None, None) under 6 values, too few for one."""
+    n = len(values)
+    if n < 6:
+        return None, None
+    ordered = sorted(values)
+    half = z * n ** 0.5 / 2
+    return ordered[max(int(n / 2 - half), 0)], ordered[min(int(n / 2 + half + 0.5), n - 1)]
+
+
 def clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
 
@@ -174,6 +185,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500, help="steps of each loop")
     parser.add_argument("--only", choices=("small_ops", "conv"))
+    parser.add_argument("--setups", help="only these set-ups (comma-separated names as printed; python always "
+                                         "runs), for more rounds of the ones that matter in the same time")
     args = parser.parse_args()
     scripts = {
         "small_ops": SMALL_OPS.format(steps=args.steps, warm=WARM),
@@ -185,6 +198,12 @@ def main() -> None:
     if args.only:
         scripts = {args.only: scripts[args.only]}
     chosen = setups()
+    if args.setups:
+        wanted = {"python", *(name.strip() for name in args.setups.split(","))}
+        unknown = wanted - {setup[0] for setup in chosen}
+        if unknown:
+            parser.error(f"unknown set-up(s) {sorted(unknown)}; choose from {[setup[0] for setup in chosen]}")
+        chosen = [setup for setup in chosen if setup[0] in wanted]
     times = {(name, setup[0]): [] for name in scripts for setup in chosen}
     ops = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,16 +219,18 @@ def main() -> None:
                         ops[name] = operators_per_step(folder / f"results_{tag}")
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     for name in scripts:
-        base = statistics.median(times[(name, "python")])
         print(f"\n{name}: median step of {args.rounds} interleaved rounds (ratio: the round's own / python's)")
-        print(f"{'set-up':<40}{'step µs':>10}{'ratio':>8}{'ratio range':>16}")
+        print(f"{'set-up':<40}{'step µs':>10}{'ratio':>8}{'ratio range':>16}{'95 % of the median':>20}")
         python = times[(name, "python")]
         for setup, _, _, _ in chosen:
             values = times[(name, setup)]
             ratios = [v / p for v, p in zip(values, python)]
+            low, high = median_interval(ratios)
             print(f"{setup:<40}{statistics.median(values) * 1e6:>10.1f}{statistics.median(ratios):>8.2f}"
-                  f"{min(ratios):>8.2f}-{max(ratios):.2f}")
+                  f"{min(ratios):>8.2f}-{max(ratios):.2f}" + (f"{low:>14.2f}-{high:.2f}" if low else ""))
         median = {setup: statistics.median(times[(name, setup)]) for setup, _, _, _ in chosen}
+        if name not in ops or any(setup[0] not in median for setup in setups()):
+            continue  # the breakdown needs every set-up
         print(f"\n{name}: {ops[name]:.0f} PyTorch operator tasks a step; the extra time of every operator recorded")
         for part, per_step, per_op in breakdown(median, ops[name]):
             print(f"  {part:<78}{per_step * 1e6:>8.1f} µs a step" + (f"{per_op * 1e9:>8.0f} ns an operator"

@@ -46,9 +46,9 @@ def test_the_count_of_recorded_iterations_is_the_rule_applied_to_each(sampling):
         assert sampling.count(iterations) == sum(sampling.recorded(i) for i in range(1, iterations + 1)), iterations
 
 
-def test_the_default_rule_records_the_timeline_window_and_every_20th_iteration():
-    picked = [i for i in range(1, 101) if OperatorSampling().recorded(i)]
-    assert picked == list(range(2, 12)) + [20, 40, 60, 80, 100]
+def test_the_default_rule_records_the_timeline_window_and_every_50th_iteration():
+    picked = [i for i in range(1, 201) if OperatorSampling().recorded(i)]
+    assert picked == list(range(2, 12)) + [50, 100, 150, 200]
 
 
 def test_the_rule_reaches_the_copy_through_its_environment():
@@ -93,6 +93,22 @@ def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_e
     assert enabled()
     toggle.end()
     assert not enabled()
+
+
+@pytest.mark.parametrize("sampling", [OperatorSampling(every=7, ranges=((2, 4), (12, 15))),
+                                      OperatorSampling(every=5, ranges=((20, 30),)), OperatorSampling(every=3, ranges=())])
+def test_the_runtime_records_exactly_the_iterations_the_rule_picks(sampling):
+    # the runtime turns most iterations down without asking the rule (a step's every call costs): it must still
+    # record the ones the reader counts as recorded, and no other
+    torch = pytest.importorskip("torch")
+    toggle = torch_ops.OperatorToggle(sampling)
+    toggle.add(["step"])
+    recorded = []
+    for _ in range(60):
+        toggle.begin("step")
+        recorded.append(torch.autograd._profiler_enabled())
+        toggle.end()
+    assert recorded == [bool(sampling.recorded(i)) for i in range(1, 61)]
 
 
 def test_the_runtime_leaves_a_profiler_the_script_runs_alone():
@@ -354,8 +370,8 @@ def steps_with_operators(folder: Path):
     return [any(s["ts"] <= t <= s["ts"] + s["dur"] for t in ops) for s in steps]
 
 
-def profile(tmp_path, *options):
-    (tmp_path / "train.py").write_text(SMALL_LOOP)
+def profile(tmp_path, *options, script=SMALL_LOOP):
+    (tmp_path / "train.py").write_text(script)
     done = autoitt("profile", "--json", *options, "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained True" in done.stderr  # --json: the script's output goes to stderr, unchanged
@@ -366,7 +382,7 @@ def test_by_default_a_run_records_operators_in_the_steps_the_rule_picks_and_no_o
     summary, folder = profile(tmp_path)
     assert steps_with_operators(folder) == [OperatorSampling().recorded(n) for n in range(1, 46)]
     sampled = summary["operator_sampling"]
-    assert (sampled["iterations"], sampled["recorded"], sampled["tasks"]) == (45, 12, ["step"])
+    assert (sampled["iterations"], sampled["recorded"], sampled["tasks"]) == (45, OperatorSampling().count(45), ["step"])
     addmm = next(op for op in summary["operators"] if op["name"] == "aten::addmm")
     assert addmm["count"] == 2 * 45  # two Linear layers a step, scaled to every step
     (step,) = summary["steps"]
@@ -394,9 +410,9 @@ def test_contradicting_flags_are_refused_with_nothing_run(tmp_path):
 
 
 def test_the_steps_of_trace_steps_record_their_operators(tmp_path):
-    summary, folder = profile(tmp_path, "--trace-steps", "30-33")
-    # trace.json keeps the operators of its window; the others recorded (steps 20 and 40) are in the statistics
-    assert steps_with_operators(folder) == [30 <= n <= 33 for n in range(1, 46)]
+    summary, folder = profile(tmp_path, "--trace-steps", "30-33", script=SMALL_LOOP.replace("range(45)", "range(110)"))
+    # trace.json keeps the operators of its window; the others recorded (steps 50 and 100) are in the statistics
+    assert steps_with_operators(folder) == [30 <= n <= 33 for n in range(1, 111)]
     assert summary["operator_sampling"]["ranges"] == [[30, 33]] and summary["operator_sampling"]["recorded"] == 6
 
 

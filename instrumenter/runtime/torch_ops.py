@@ -10,7 +10,10 @@ small batch, an optimizer over many tensors) about a fifth of the step
 enters ``emit_itt`` for the iterations :class:`OperatorSampling` picks, of the
 iteration tasks the copy names (its step and eval loops', and a library's
 ``step``/``eval``), and leaves it when that iteration's task ends. Entering and
-leaving cost about 2 µs together.
+leaving cost about 2 µs together in a loop that does nothing else; in a real
+step, a recorded step and the slower steps after it cost about a third of a
+step in all (see :data:`DEFAULT_EVERY`), and a step that records nothing pays
+for a count and a compare.
 
 Which iterations: per task name and per process, iteration ``i`` (1-based, in
 the order they begin on any thread) is recorded when it lies in one of the
@@ -39,9 +42,10 @@ TORCH_OPS = ("all", "sampled", "off")
 #: The environment variable ``autoitt profile`` hands the policy down in (:meth:`OperatorSampling.environment`).
 VARIABLE = "AUTOITT_TORCH_OPS"
 #: Every how many iterations operators are recorded past the ranges: chosen from the measured cost
-#: (benchmarks/README.md, ``bench_small_ops.py``): a step recording its operators runs about 1.26x on a loop of
-#: small operators and 1.19x on the conv loop, so one in 20 adds 1-1.5 % to the run.
-DEFAULT_EVERY = 20
+#: (benchmarks/README.md, ``bench_step_parts.py``): a recorded step, with entering and leaving ``emit_itt`` and
+#: the slower steps after it (their caches refilled), costs about 0.37 of a step on the conv sample and 0.31 on a
+#: loop of small operators, so one in 50 adds under 1 % to the run (one in 20 added 1.5-2 %).
+DEFAULT_EVERY = 50
 #: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window: the runtime cannot import
 #: ``instrumenter.profile.step_window.AUTO_RANGES``; a test holds them equal).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
@@ -84,7 +88,7 @@ class OperatorSampling:
         return inside + iterations // self.every - multiples_inside
 
     def describe(self) -> str:
-        """``every 20th step, and steps 2-11``: for the summary."""
+        """``every 50th iteration, and iterations 2-11``: for the summary."""
         if self.every == 1:
             return "every iteration"
         ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.ranges)
