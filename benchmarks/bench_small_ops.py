@@ -115,6 +115,7 @@ def setups() -> list:
     out += [("profile --torch-ops off, perf sampling", "profile", ("--torch-ops", "off"), PERF)]
     out += [(f"profile --torch-ops {ops} --sample-rate 0", "profile", ("--torch-ops", ops, "--sample-rate", "0"), {})
             for ops in ("all", "off")]
+    out += [("profile --sample-rate 0", "profile", ("--sample-rate", "0"), {})]  # the defaults' sampler's share
     return out
 
 
