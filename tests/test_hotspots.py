@@ -241,8 +241,9 @@ def test_profiling_a_conv_net_shows_native_and_own_line_hotspots_per_step_with_c
     assert summary["hotspots_by_task"]["step"]
     assert ("train.py", 2) in {(row["file"], row["line"]) for row in summary["hotspot_lines_outside"]}  # import
     step = summary["counters"]["step"]
-    # steps of a few ms are counted once per 10 ms at most (counters.c's COUNT_EVERY_NS): a share of the 40
-    assert 4 <= step["count"] < 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
+    # steps of a few ms are counted once per 10 ms at most (counters.c's COUNT_EVERY_NS): a share of the 40,
+    # or all of them where a loaded machine stretches each past 10 ms
+    assert 4 <= step["count"] <= 40 and step["cpu_utilization"] > 0 and step["page_faults"] >= 0
     assert (tmp_path / "out" / "hotspots.folded").read_text().count("[step];") > 10
 
 
@@ -292,4 +293,4 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
     assert max((name for name in phases if name != "data"), key=phases.get) == "python", phases
     # regions shorter than 10 ms are counted once per 10 ms at most (counters.c): about a third of these 60
     # steps of 4 ms
-    assert 10 <= summary["counters"]["step"]["count"] < 60 and summary["counters"]["step"]["cpu_s"] > 0
+    assert 10 <= summary["counters"]["step"]["count"] <= 60 and summary["counters"]["step"]["cpu_s"] > 0
