@@ -42,7 +42,27 @@ ROOT = Path(__file__).resolve().parent.parent
 AUTOITT = [sys.executable, "-m", "instrumenter"]
 WARM = 50
 
-SMALL_OPS = """\
+#: The two loops' models and data, after ``import torch`` (bench_step_parts.py runs the same ones in one process).
+SMALL_OPS_SETUP = """\
+layers = []
+for _ in range(12):
+    layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+model = torch.nn.Sequential(*layers)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(8, 64), torch.randn(8, 64)
+"""
+CONV_SETUP = """\
+import runpy
+from torch.utils.data import DataLoader
+sample = runpy.run_path({sample!r}, run_name="sample")
+loader = DataLoader(sample["SyntheticImageDataset"](sample["TRAIN_SAMPLES"], seed=0),
+                    batch_size=sample["BATCH_SIZE"], shuffle=False)
+model = sample["ConvNet"]()
+criterion = torch.nn.MSELoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+batches = list(loader)
+"""
+_HEAD = """\
 import os
 import time
 
@@ -50,12 +70,9 @@ import torch
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-layers = []
-for _ in range(12):
-    layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
-model = torch.nn.Sequential(*layers)
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-x, y = torch.randn(8, 64), torch.randn(8, 64)
+"""
+
+SMALL_OPS = _HEAD + SMALL_OPS_SETUP + """\
 started = None
 for step in range({steps}):
     if step == {warm}:
@@ -68,23 +85,7 @@ with open(os.environ["BENCH_OUT"], "w") as out:
     out.write(str((time.perf_counter() - started) / ({steps} - {warm})))
 """
 
-CONV = """\
-import os
-import runpy
-import time
-
-import torch
-from torch.utils.data import DataLoader
-
-sample = runpy.run_path({sample!r}, run_name="sample")
-torch.manual_seed(0)
-torch.set_num_threads(1)
-loader = DataLoader(sample["SyntheticImageDataset"](sample["TRAIN_SAMPLES"], seed=0),
-                    batch_size=sample["BATCH_SIZE"], shuffle=False)
-model = sample["ConvNet"]()
-criterion = torch.nn.MSELoss()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-batches = list(loader)
+CONV = _HEAD + CONV_SETUP + """\
 started = None
 for step in range({steps}):
     if step == {warm}:

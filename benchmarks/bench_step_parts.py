@@ -31,42 +31,27 @@ import os
 import statistics
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench_small_ops import CONV_SETUP, SMALL_OPS_SETUP  # noqa: E402 (this folder is on sys.path)
+
+#: Each loop: its model and data (bench_small_ops.py's), and ``step(i)``.
 LOOPS = {
-    "conv": """
-        import runpy
-        from torch.utils.data import DataLoader
-        sample = runpy.run_path({sample!r}, run_name="sample")
-        loader = DataLoader(sample["SyntheticImageDataset"](sample["TRAIN_SAMPLES"], seed=0),
-                            batch_size=sample["BATCH_SIZE"], shuffle=False)
-        model = sample["ConvNet"]()
-        criterion = torch.nn.MSELoss()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        batches = list(loader)
-
-        def step(i):
-            data, target = batches[i % len(batches)]
-            optimizer.zero_grad()
-            criterion(model(data), target).backward()
-            optimizer.step()
-    """,
-    "small_ops": """
-        layers = []
-        for _ in range(12):
-            layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
-        model = torch.nn.Sequential(*layers)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        x, y = torch.randn(8, 64), torch.randn(8, 64)
-
-        def step(i):
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-    """,
+    "conv": CONV_SETUP + """
+def step(i):
+    data, target = batches[i % len(batches)]
+    optimizer.zero_grad()
+    criterion(model(data), target).backward()
+    optimizer.step()
+""",
+    "small_ops": SMALL_OPS_SETUP + """
+def step(i):
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+""",
 }
 
 CHILD = """
@@ -114,7 +99,7 @@ print(json.dumps(times))
 
 def measure(loop: str, rounds: int, block: int, everies: list, collector: bool) -> dict:
     """{case: [mean step of each round's block, s]} from one child process."""
-    code = CHILD.format(loop=textwrap.dedent(LOOPS[loop]).format(sample=str(ROOT / "samples" / "torch_train.py")),
+    code = CHILD.format(loop=LOOPS[loop].format(sample=str(ROOT / "samples" / "torch_train.py")),
                         rounds=rounds, block=block, everies=everies)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
