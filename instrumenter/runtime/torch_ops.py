@@ -44,8 +44,10 @@ VARIABLE = "AUTOITT_TORCH_OPS"
 #: Every how many iterations operators are recorded past the ranges: chosen from the measured cost
 #: (benchmarks/README.md, ``bench_step_parts.py``): a recorded step, with entering and leaving ``emit_itt`` and
 #: the slower steps after it (their caches refilled), costs about 0.37 of a step on the conv sample and 0.31 on a
-#: loop of small operators, so one in 50 adds under 1 % to the run (one in 20 added 1.5-2 %).
-DEFAULT_EVERY = 50
+#: loop of small operators, so one in 20 adds 1.5-2 % to the run. One in 50 (under 1 %) was tried and left: a
+#: short run then records only steps 2-11, next to its warm-up, and a Lightning fit of 24 steps split its phases
+#: off torch.profiler's in 2 runs of 3 (one in 20 adds its step 20: 3 of 3).
+DEFAULT_EVERY = 20
 #: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window: the runtime cannot import
 #: ``instrumenter.profile.step_window.AUTO_RANGES``; a test holds them equal).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
@@ -88,7 +90,7 @@ class OperatorSampling:
         return inside + iterations // self.every - multiples_inside
 
     def describe(self) -> str:
-        """``every 50th iteration, and iterations 2-11``: for the summary."""
+        """``every 20th iteration, and iterations 2-11``: for the summary."""
         if self.every == 1:
             return "every iteration"
         ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.ranges)
