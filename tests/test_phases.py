@@ -181,6 +181,10 @@ def train(rank, port):
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
+    # the process group torn down while the interpreter is whole (pytorch#179291: gloo's abort at exit; see
+    # test_processes.DDP_TRAINER): DDP's reducer holds it until the model goes
+    del optimizer, model
+    dist.barrier()
     dist.destroy_process_group()
 
 if __name__ == "__main__":

@@ -203,8 +203,9 @@ def _profile_ranks(folder, launcher, *args, env=None):
 
     Even with the process group torn down before exit (see DDP_TRAINER), a loaded machine still saw
     gloo's abort at exit once in five full suite runs (after both ranks trained and wrote their traces):
-    pytorch#179291, not autoitt's. One more run then; any other failure fails at once."""
-    for attempt in range(2):
+    pytorch#179291, not autoitt's; twice in a row once (2026-12-02). Two more runs then; any other failure fails
+    at once."""
+    for attempt in range(3):
         shutil.rmtree(folder / "out", ignore_errors=True)
         done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "--launcher", launcher, "train.py",
                        *args, cwd=folder, env=env)
