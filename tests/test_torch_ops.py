@@ -370,8 +370,8 @@ def steps_with_operators(folder: Path):
     return [any(s["ts"] <= t <= s["ts"] + s["dur"] for t in ops) for s in steps]
 
 
-def profile(tmp_path, *options, script=SMALL_LOOP):
-    (tmp_path / "train.py").write_text(script)
+def profile(tmp_path, *options):
+    (tmp_path / "train.py").write_text(SMALL_LOOP)
     done = autoitt("profile", "--json", *options, "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained True" in done.stderr  # --json: the script's output goes to stderr, unchanged
