@@ -5,7 +5,9 @@ from the same pass as every other statistic (instrumenter/builtin/statistics/pha
 has the rules). Where the split of operator time matters (an optimizer's
 closure, DDP), it is checked against torch.profiler's on the same script
 (tests/torch_reference.py), within 10 points: the two profilers' own costs
-differ, and these machines are noisy.
+differ, and these machines are noisy. Where torch.profiler's cost moves its
+own split that far (a Lightning fit), the reference is the clock's split of
+the run with no profiler.
 """
 
 from __future__ import annotations
@@ -202,9 +204,11 @@ def operator_split(phases):
     return {name: value / whole for name, value in seconds.items()}
 
 
-def reference_split(tmp_path, script, env=None):
-    """torch.profiler's split of the script's run (tests/torch_reference.py), averaged over its processes."""
-    done = subprocess.run([sys.executable, str(REFERENCE), "train.py"] if env is None else [sys.executable, "train.py"],
+def reference_split(tmp_path, script, env=None, timed=False):
+    """torch.profiler's split of the script's run (tests/torch_reference.py), averaged over its processes; with
+    ``timed``, the split the clock gives the same run with no profiler (torch_reference.timed)."""
+    command = [sys.executable, str(REFERENCE)] + (["--timed"] if timed else []) + ["train.py"]
+    done = subprocess.run(command if env is None else [sys.executable, "train.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     found = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"forward"')]
@@ -216,16 +220,16 @@ def _within_ten_points(ours, reference):
     return all(abs(ours[name] - reference[name]) <= 0.10 for name in ours)
 
 
-def assert_splits_agree(tmp_path, script, phases=None):
-    """Our split of ``script``'s steps (``phases``, else a profile run now) within ten points of torch.profiler's,
-    each timed in its own run. On two busy cores the two runs can see different loads (LBFGS's optimizer update,
+def assert_splits_agree(tmp_path, script, phases=None, timed=False):
+    """Our split of ``script``'s steps (``phases``, else a profile run now) within ten points of torch.profiler's
+    (``timed``: of the clock's, see reference_split), each timed in its own run. On two busy cores the two runs can see different loads (LBFGS's optimizer update,
     small operators in Python, slows more than its backward when the other core's tests compete), so both
     are measured again once before the split is called wrong: a real disagreement is off both times."""
     for attempt in range(2):
         if phases is None or attempt:
             shutil.rmtree(tmp_path / "out", ignore_errors=True)
             phases = phases_of(tmp_path, script)
-        ours, reference = operator_split(phases), reference_split(tmp_path, script)
+        ours, reference = operator_split(phases), reference_split(tmp_path, script, timed=timed)
         if _within_ten_points(ours, reference):
             return
     pytest.fail(f"ours {ours} against torch.profiler's {reference}, twice")
@@ -243,9 +247,15 @@ def test_an_optimizer_closures_forward_and_backward_are_not_optimizer_time(tmp_p
 
 
 @pytest.mark.slow
-def test_lightnings_automatic_optimization_splits_as_torch_profiler_does(tmp_path):
+def test_lightnings_automatic_optimization_splits_as_the_clock_does_without_a_profiler(tmp_path):
+    """Lightning runs forward and backward in a closure inside Optimizer.step: they must not be the optimizer's.
+    The reference is the clock's split of the same fit with no profiler (torch_reference.timed), not
+    torch.profiler's: its own cost per operator weighs on Adam's ~90 small operators a step more than on the
+    backward's few large ones, and moved its split ten points from the program's (its backward 0.36-0.38 of the
+    three in 7 runs; the clock's 0.46-0.49 in 3, ours 0.45-0.48 in 7). On this model's large operators the Python inside
+    a phase is a small part of it, so the clock's spans and the operators' times agree."""
     pytest.importorskip("pytorch_lightning")
-    assert_splits_agree(tmp_path, LIGHTNING)
+    assert_splits_agree(tmp_path, LIGHTNING, timed=True)
 
 
 @pytest.mark.slow
