@@ -49,15 +49,29 @@ def test_the_measure_puts_the_signals_handler_back_and_leaves_nothing_pending():
         signal.signal(signal.SIGURG, previous)
 
 
-def test_an_interruption_dearer_than_the_threshold_chooses_timers(monkeypatch):
+def test_an_interruption_dearer_than_the_threshold_chooses_timers_at_their_own_rate(monkeypatch):
+    # each timer signal costs a PyTorch step about 0.1 ms in a VM: 100 a second, not the tick's 250
     monkeypatch.setattr(mechanism, "perf_interrupt_ns", lambda: 29_000.0)
     chosen = mechanism.choose({})
-    assert chosen.mechanism == "timer" and "29 µs" in chosen.why and chosen.environment() == {mechanism.VARIABLE: "timer"}
+    assert chosen.mechanism == "timer" and "29 µs" in chosen.why and "100 a second" in chosen.why
+    assert chosen.environment() == {mechanism.VARIABLE: "timer", "AUTOITT_SAMPLE_HZ": "100"}
 
 
-def test_a_cheap_interruption_keeps_perf(monkeypatch):
+def test_a_rate_the_user_gave_is_kept_with_timers(monkeypatch):
+    monkeypatch.setattr(mechanism, "perf_interrupt_ns", lambda: 29_000.0)
+    chosen = mechanism.choose({}, rate_given=True)
+    assert chosen.mechanism == "timer" and chosen.environment() == {mechanism.VARIABLE: "timer"}
+    assert mechanism.choose({mechanism.VARIABLE: "timer"}, rate_given=True).environment() == {mechanism.VARIABLE: "timer"}
+
+
+def test_timers_the_user_chose_sample_at_their_own_rate_unless_told():
+    assert mechanism.choose({mechanism.VARIABLE: "timer"}).environment()["AUTOITT_SAMPLE_HZ"] == "100"
+
+
+def test_a_cheap_interruption_keeps_perf_at_the_collectors_rate(monkeypatch):
     monkeypatch.setattr(mechanism, "perf_interrupt_ns", lambda: 1_500.0)
-    assert mechanism.choose({}).mechanism == "perf"
+    chosen = mechanism.choose({})
+    assert chosen.mechanism == "perf" and chosen.environment() == {mechanism.VARIABLE: "perf"}  # 1000 a second
 
 
 def test_where_it_cannot_be_measured_the_collector_tries_perf_first(monkeypatch):
@@ -96,6 +110,15 @@ def test_a_run_samples_with_the_mechanism_chosen_and_says_why(given, tmp_path):
     chosen = json.loads((tmp_path / "out" / "run.json").read_text())["sample_mechanism"]
     assert sampling["mechanism"] == chosen["mechanism"] == (given or mechanism.choose({}).mechanism)
     assert sampling["mechanism_why"] == chosen["why"] and sampling["samples"] > 0
+    # --sample-rate auto: 1000 a second with perf, 100 with timers
+    assert sampling["rate_hz"] == (100 if sampling["mechanism"] == "timer" else 1000), sampling
+
+
+def test_a_rate_given_is_the_rate_sampled_whatever_the_mechanism(tmp_path):
+    (tmp_path / "train.py").write_text(LOOP)
+    done = autoitt("profile", "--json", "--sample-rate", "250", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["sampling"]["rate_hz"] == 250
 
 
 def test_a_run_without_sampling_measures_nothing(tmp_path):

@@ -57,8 +57,8 @@ class BuiltinBackend(Backend):
         if sampling is not None:  # the copies' runtime reads it (without it, the default policy)
             env.update(sampling.environment())
         chosen = None
-        if own.sample_hz:
-            chosen = mechanism.choose(env)
+        if own.sample_hz != 0:  # None: auto, the rate chosen with the mechanism
+            chosen = mechanism.choose(env, rate_given=own.sample_hz is not None)
             env.update(chosen.environment())
             if chosen.mechanism == "timer":
                 say(f"sampling: {chosen.why}")

@@ -244,7 +244,7 @@ def strip(copy: Path, output: Optional[Path], in_place: bool, force: bool) -> No
 @_mode_options
 @vtune_options
 def profile(script: Path, args: Tuple[str, ...], result_dir: Optional[Path], backend: str, as_json: bool,
-            trace_steps, trace_limit: Optional[int], sample_rate: int, verbose: bool,
+            trace_steps, trace_limit: Optional[int], sample_rate: Optional[int], verbose: bool,
             domain: Optional[str], torch_ops: Optional[str], no_torch_ops: bool, skip_steps: int,
             steps: Optional[int], pt_regions: bool,
             labels: Tuple[Tuple[int, str], ...], roles: Tuple[Tuple[int, str], ...], analysis: Tuple[str, ...],

@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence, Tuple
 import click
 
 from ..profile.console import printable
-from ..profile.options import (ANALYSES, DEFAULT_DATA_LIMIT_MB, DEFAULT_SAMPLE_HZ, DEFAULT_TRACE_LIMIT, SAMPLING_MODES,
+from ..profile.options import (ANALYSES, DEFAULT_DATA_LIMIT_MB, DEFAULT_SAMPLE_HZ, DEFAULT_TIMER_SAMPLE_HZ,
+                               DEFAULT_TRACE_LIMIT, SAMPLING_MODES,
                       parse_analyses, parse_size, split_args)
 
 
@@ -102,11 +103,13 @@ verbose_option = click.option(
 
 
 def sample_rate(text: str) -> int:
-    """``--sample-rate``: samples per second of a thread's CPU time, 0 (or ``off``) for none."""
+    """``--sample-rate``: samples per second of a thread's CPU time, 0 (or ``off``) for none, None for ``auto``."""
     from ..profile.options import MAX_SAMPLE_HZ
 
     if text.strip().lower() in ("off", "none"):
         return 0
+    if text.strip().lower() == "auto":
+        return None
     try:
         rate = int(text)
     except ValueError:
@@ -117,9 +120,11 @@ def sample_rate(text: str) -> int:
 
 
 sample_rate_option = click.option(
-    "--sample-rate", metavar="HZ", default=str(DEFAULT_SAMPLE_HZ), show_default=True, callback=checked(sample_rate),
+    "--sample-rate", metavar="HZ", default="auto", show_default=True, callback=checked(sample_rate),
     help="CPU-time samples per second of each thread, for the hotspots (functions, Python lines and native "
-         "symbols, per task); 0 or off: no sampling. Built-in backend (with VTune, VTune samples).")
+         f"symbols, per task); 0 or off: no sampling. auto: {DEFAULT_SAMPLE_HZ} where perf samples, "
+         f"{DEFAULT_TIMER_SAMPLE_HZ} with CPU-time timers (in a VM, where each of their signals costs a PyTorch step "
+         "about 0.1 ms; VTune's user-mode sampling default too). Built-in backend (with VTune, VTune samples).")
 
 
 def _per_line(values: Sequence[str], metavar: str, example: str,

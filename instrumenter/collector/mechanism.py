@@ -5,9 +5,12 @@ with POSIX CPU-time timers (``sampler.h``). Where an hrtimer expiry is cheap
 (bare metal: 1-2 µs) perf gives a true 1 kHz; in a VM each expiry exits to the
 hypervisor (25-36 µs measured here), and a PyTorch loop slows by about four
 times that, its caches refilled after each exit: 1.15x to 1.35x at 1 kHz.
-Timers ride on the scheduler tick (250 samples a second here, each weighted by
-the periods it stands for) and cost the loop next to nothing
-(benchmarks/README.md, ``bench_small_ops.py``).
+Timers ride on the scheduler tick (at most 250 samples a second here, each
+weighted by the periods it stands for); their signals cost too (about 0.1-0.15 ms
+of a PyTorch step each in this VM, even with an empty handler), so where the
+user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
+(100) a second: under 1 % of a 0.44 ms conv step, where 250 cost 2-3 %
+(benchmarks/README.md, ``bench_small_ops.py`` and ``bench_step_parts.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
 (``_interrupt_cost``, C, bound with ctypes: about 50 ms), and the run gets
@@ -24,6 +27,8 @@ import signal
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
+from .formats import SAMPLE_HZ_TIMER
+
 #: The collector's variable (sampler.c): ``perf`` or ``timer``.
 VARIABLE = "AUTOITT_SAMPLE_MECHANISM"
 MECHANISMS = ("perf", "timer")
@@ -37,14 +42,17 @@ _HZ, _ROUNDS, _ITERATIONS = 20_000, 5, 1_500_000
 @dataclass(frozen=True)
 class Choice:
     """The mechanism a run samples with, and why: ``cost_ns`` is one perf interruption's measured cost
-    (None: not measured)."""
+    (None: not measured); ``hz``, the rate it samples at where the user chose none (None: the collector's
+    default)."""
 
     mechanism: str
     why: str
     cost_ns: Optional[float] = None
+    hz: Optional[int] = None
 
     def environment(self) -> Dict[str, str]:
-        return {VARIABLE: self.mechanism}
+        rate = {"AUTOITT_SAMPLE_HZ": str(self.hz)} if self.hz is not None else {}
+        return {VARIABLE: self.mechanism, **rate}
 
     def to_json(self) -> dict:
         return {"mechanism": self.mechanism, "why": self.why, "perf_interrupt_ns": self.cost_ns}
@@ -67,17 +75,19 @@ def perf_interrupt_ns() -> Optional[float]:
     return max(found.value, 0.0)
 
 
-def choose(environ: Optional[Mapping[str, str]] = None) -> Choice:
+def choose(environ: Optional[Mapping[str, str]] = None, rate_given: bool = False) -> Choice:
     """The mechanism for a run: the user's (``AUTOITT_SAMPLE_MECHANISM``), else timers where a perf
-    interruption costs more than :data:`THRESHOLD_NS`, else perf."""
+    interruption costs more than :data:`THRESHOLD_NS`, else perf; with timers, and no rate the user gave
+    (``rate_given``), :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER` samples a second."""
     given = (os.environ if environ is None else environ).get(VARIABLE, "")
     if given in MECHANISMS:
-        return Choice(given, f"{VARIABLE}={given}")
+        return Choice(given, f"{VARIABLE}={given}", hz=SAMPLE_HZ_TIMER if given == "timer" and not rate_given else None)
     cost = perf_interrupt_ns()
     if cost is None:
         return Choice("perf", "perf's cost could not be measured here: the collector tries perf, then timers")
     if cost > THRESHOLD_NS:
+        rate = "at the scheduler tick's rate at most" if rate_given else f"{SAMPLE_HZ_TIMER} a second"
         return Choice("timer", f"a perf interruption costs {cost / 1000:.0f} µs of CPU here (1-2 µs on bare metal; "
-                               "a VM's exits to its hypervisor cost this), so CPU-time timers sample instead: at the "
-                               "scheduler tick's rate at most, each sample weighted", cost)
+                               "a VM's exits to its hypervisor cost this), so CPU-time timers sample instead: "
+                               f"{rate}, each sample weighted", cost, None if rate_given else SAMPLE_HZ_TIMER)
     return Choice("perf", f"a perf interruption costs {cost / 1000:.1f} µs of CPU here", cost)

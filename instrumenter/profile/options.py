@@ -46,9 +46,11 @@ def parse_analyses(text: str) -> Tuple[str, ...]:
 
 #: ``--trace-limit``'s default, 2G: a process's trace file stops growing there (its statistics do not).
 DEFAULT_TRACE_LIMIT = 2 << 30
-#: ``--sample-rate``'s default: samples per second of each thread's CPU time (1 ms of CPU a sample); the
-#: collector's own default (``instrumenter/collector/formats.py``).
+#: ``--sample-rate auto`` where perf samples: samples per second of each thread's CPU time (1 ms of CPU a
+#: sample); the collector's own default (``instrumenter/collector/formats.py``). With CPU-time timers ``auto``
+#: is :data:`DEFAULT_TIMER_SAMPLE_HZ`.
 DEFAULT_SAMPLE_HZ = formats.SAMPLE_HZ_DEFAULT
+DEFAULT_TIMER_SAMPLE_HZ = formats.SAMPLE_HZ_TIMER
 #: The highest rate asked for: above it the signal handler's cost would be a sizeable share of the CPU. The
 #: collector takes no more either.
 MAX_SAMPLE_HZ = formats.SAMPLE_HZ_MAX
@@ -90,8 +92,9 @@ class BuiltinOptions:
     trace_steps: "StepWindow" = field(default_factory=_auto_window)
     #: bytes a process's trace file may take (``--trace-limit``), None: no limit
     trace_limit: Optional[int] = DEFAULT_TRACE_LIMIT
-    #: CPU-time samples per second of each thread (``--sample-rate``), 0: no sampling
-    sample_hz: int = DEFAULT_SAMPLE_HZ
+    #: CPU-time samples per second of each thread (``--sample-rate``), 0: no sampling, None (``auto``): chosen
+    #: with the mechanism (:func:`instrumenter.collector.mechanism.choose`)
+    sample_hz: Optional[int] = None
 
 
 @dataclass(frozen=True)
