@@ -70,7 +70,7 @@ own, other = itt.domain_create("autoitt.train"), itt.domain_create("bench.other"
 cases = {{"bare": (None, None), "task": (itt, other), "own task": (itt, own)}}
 for every in everies:
     sampled = Collection(ittc)
-    sampled._operators = OperatorToggle(OperatorSampling(every=every, ranges=()))
+    sampled._operators = OperatorToggle(OperatorSampling.one_in(every))
     sampled._operators.add(["step"])
     cases[f"own task, operators 1/{{every}}"] = (sampled, own)
 

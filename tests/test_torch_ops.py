@@ -39,22 +39,30 @@ from transforms import _mode
 # -- the rule ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sampling", [OperatorSampling(), OperatorSampling(every=3, ranges=((2, 5), (4, 9))),
-                                      OperatorSampling(every=1, ranges=()), OperatorSampling(every=7, ranges=())])
+@pytest.mark.parametrize("sampling", [OperatorSampling(), OperatorSampling.one_in(3, ((2, 5), (4, 9))),
+                                      OperatorSampling.every_iteration(), OperatorSampling.one_in(7),
+                                      OperatorSampling(every=3, ranges=((15, 25), (40, 41)), until=20, later_every=7)])
 def test_the_count_of_recorded_iterations_is_the_rule_applied_to_each(sampling):
-    for iterations in range(0, 80):
+    for iterations in range(0, 450):
         assert sampling.count(iterations) == sum(sampling.recorded(i) for i in range(1, iterations + 1)), iterations
 
 
-def test_the_default_rule_records_the_timeline_window_and_every_20th_iteration():
-    picked = [i for i in range(1, 101) if OperatorSampling().recorded(i)]
-    assert picked == list(range(2, 12)) + [20, 40, 60, 80, 100]
+def test_the_default_rule_records_the_timeline_window_every_20th_iteration_to_200_and_every_100th_after():
+    picked = [i for i in range(1, 501) if OperatorSampling().recorded(i)]
+    assert picked == list(range(2, 12)) + list(range(20, 201, 20)) + [300, 400, 500]
+    assert OperatorSampling().describe() == "every 20th iteration to 200 and every 100th after, and iterations 2-11"
 
 
 def test_the_rule_reaches_the_copy_through_its_environment():
-    sampling = OperatorSampling(every=5, ranges=((3, 4), (10, 12)))
+    sampling = OperatorSampling(every=5, ranges=((3, 4), (10, 12)), until=30, later_every=15)
     assert OperatorSampling.from_environment(sampling.environment()) == sampling
     assert OperatorSampling.from_json(json.loads(json.dumps(sampling.to_json()))) == sampling
+
+
+def test_a_record_from_before_the_two_stretches_reads_as_one_modulus_throughout():
+    # result folders saved when the rule was every 20th throughout: `compare` and `report` read them so
+    assert OperatorSampling.from_json({"every": 20, "ranges": [[2, 11]]}) == OperatorSampling.one_in(20, ((2, 11),))
+    assert OperatorSampling.from_environment({torch_ops.VARIABLE: "every=20;ranges=2-11"}).recorded(260)
 
 
 @pytest.mark.parametrize("value", ["", "every=x", "ranges=1-2", "every=0;ranges=", "garbage"])
@@ -74,7 +82,7 @@ def test_a_copy_run_by_hand_records_the_timeline_window_trace_steps_auto_keeps()
 
 def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_end():
     torch = pytest.importorskip("torch")
-    toggle = torch_ops.OperatorToggle(OperatorSampling(every=2, ranges=()))
+    toggle = torch_ops.OperatorToggle(OperatorSampling.one_in(2))
     toggle.add(["step", "eval"])
     enabled = torch.autograd._profiler_enabled
     toggle.begin("step")  # iteration 1: not picked
@@ -95,8 +103,9 @@ def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_e
     assert not enabled()
 
 
-@pytest.mark.parametrize("sampling", [OperatorSampling(every=7, ranges=((2, 4), (12, 15))),
-                                      OperatorSampling(every=5, ranges=((20, 30),)), OperatorSampling(every=3, ranges=())])
+@pytest.mark.parametrize("sampling", [OperatorSampling.one_in(7, ((2, 4), (12, 15))),
+                                      OperatorSampling.one_in(5, ((20, 30),)), OperatorSampling.one_in(3),
+                                      OperatorSampling(every=3, ranges=((2, 4), (30, 33)), until=20, later_every=7)])
 def test_the_runtime_records_exactly_the_iterations_the_rule_picks(sampling):
     # the runtime turns most iterations down without asking the rule (a step's every call costs): it must still
     # record the ones the reader counts as recorded, and no other
@@ -113,7 +122,7 @@ def test_the_runtime_records_exactly_the_iterations_the_rule_picks(sampling):
 
 def test_the_runtime_leaves_a_profiler_the_script_runs_alone():
     torch = pytest.importorskip("torch")
-    toggle = torch_ops.OperatorToggle(OperatorSampling(every=1, ranges=()))
+    toggle = torch_ops.OperatorToggle(OperatorSampling.every_iteration())
     toggle.add(["step"])
     with torch.autograd.profiler.emit_itt():
         toggle.begin("step")
@@ -206,7 +215,7 @@ def sampled_trace(durations, recorded, ops_per_step=2, pid=10, held=None):
     return ProcessTrace(path=Path(f"itt-{pid}.bin"), pid=pid, ppid=1, start_ns=0, wall_start_ns=0, events=events)
 
 
-SAMPLING = OperatorSampling(every=5, ranges=((2, 3),))
+SAMPLING = OperatorSampling.one_in(5, ((2, 3),))
 
 
 def summary_of(*traces, sampling=SAMPLING):

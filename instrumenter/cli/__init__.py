@@ -24,7 +24,7 @@ from .diff import STYLES
 from .option_groups import (VTUNE_FLAGS, label_option, parse_domain, role_option, sample_rate_option,
                             trace_limit_option, trace_steps_option, verbose_option, vtune_options)
 from ..profile.options import BACKENDS, BuiltinOptions, VTuneOptions
-from ..runtime.torch_ops import DEFAULT_EVERY, TORCH_OPS
+from ..runtime.torch_ops import DEFAULT_EVERY, DEFAULT_LATER_EVERY, DEFAULT_UNTIL, TORCH_OPS
 from .tally import Tally
 
 _EPILOG = """\b
@@ -44,7 +44,7 @@ def _mode_options(command):
         click.option("--torch-ops", type=click.Choice(TORCH_OPS), default=None,
                      help="PyTorch's operators as ITT tasks (torch.autograd.profiler.emit_itt()): all, in every step; "
                           f"sampled, in the steps --trace-steps names (2-11) and every {DEFAULT_EVERY}th step and "
-                          "eval iteration, so that small operators cost the run little (phases and the operator "
+                          f"eval iteration to the {DEFAULT_UNTIL}th, every {DEFAULT_LATER_EVERY}th after, so that small operators cost the run little (phases and the operator "
                           "table then come from those steps, scaled); off, none. Default: sampled for profile "
                           "with the built-in collector; all for instrument and for VTune, whose reports cannot be "
                           "scaled."),

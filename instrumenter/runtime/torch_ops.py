@@ -18,7 +18,9 @@ for a count and a compare.
 Which iterations: per task name and per process, iteration ``i`` (1-based, in
 the order they begin on any thread) is recorded when it lies in one of the
 ``ranges`` (the ranges of ``--trace-steps``, so trace.json's window has its
-operators) or ``i % every == 0``. The reader applies the same rule
+operators), or ``i % every == 0`` up to iteration ``until``, or
+``i % later_every == 0`` past it: a short run keeps a dozen recorded steps
+past its warm-up, a long one pays for few. The reader applies the same rule
 (:meth:`OperatorSampling.recorded`) to the iterations the trace holds, to take
 phases from the recorded steps and to scale the operator table.
 
@@ -41,13 +43,16 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 TORCH_OPS = ("all", "sampled", "off")
 #: The environment variable ``autoitt profile`` hands the policy down in (:meth:`OperatorSampling.environment`).
 VARIABLE = "AUTOITT_TORCH_OPS"
-#: Every how many iterations operators are recorded past the ranges: chosen from the measured cost
-#: (benchmarks/README.md, ``bench_step_parts.py``): a recorded step, with entering and leaving ``emit_itt`` and
-#: the slower steps after it (their caches refilled), costs about 0.37 of a step on the conv sample and 0.31 on a
-#: loop of small operators, so one in 20 adds 1.5-2 % to the run. One in 50 (under 1 %) was tried and left: a
-#: short run then records only steps 2-11, next to its warm-up, and a Lightning fit of 24 steps split its phases
-#: off torch.profiler's in 2 runs of 3 (one in 20 adds its step 20: 3 of 3).
+#: Every how many iterations operators are recorded past the ranges, up to iteration :data:`DEFAULT_UNTIL`, and
+#: every how many past it: chosen from the measured cost (benchmarks/README.md, ``bench_step_parts.py``). A
+#: recorded step, with entering and leaving ``emit_itt`` and the slower steps after it (their caches refilled),
+#: costs about 0.37 of a step on the conv sample and 0.31 on a loop of small operators: one in 20 adds 1.5-2 % to
+#: a run, one in 100 under 0.4 %. The first stretch keeps a short run's sample: a fit of 24 steps records its
+#: step 20 besides steps 2-11 (next to its warm-up), and 200 steps record 10 steady ones; a run of minutes (tens of
+#: thousands of steps) records hundreds at one in 100.
 DEFAULT_EVERY = 20
+DEFAULT_UNTIL = 200
+DEFAULT_LATER_EVERY = 100
 #: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window: the runtime cannot import
 #: ``instrumenter.profile.step_window.AUTO_RANGES``; a test holds them equal).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
@@ -55,24 +60,43 @@ DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
 
 @dataclass(frozen=True)
 class OperatorSampling:
-    """Which iterations record PyTorch's operators: those in ``ranges`` (1-based, inclusive) and every
-    ``every``-th (``every`` 1: all of them)."""
+    """Which iterations record PyTorch's operators: those in ``ranges`` (1-based, inclusive), every
+    ``every``-th up to iteration ``until`` and every ``later_every``-th past it (both 1: all of them)."""
 
     every: int = DEFAULT_EVERY
     ranges: Tuple[Tuple[int, int], ...] = DEFAULT_RANGES
+    until: int = DEFAULT_UNTIL
+    later_every: int = DEFAULT_LATER_EVERY
 
     def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError("every must be >= 1")
+        if self.every < 1 or self.later_every < 1 or self.until < 0:
+            raise ValueError("every and later_every must be >= 1, until >= 0")
+
+    @classmethod
+    def every_iteration(cls) -> "OperatorSampling":
+        """The rule that records them all (``--trace-steps all``)."""
+        return cls(every=1, ranges=(), until=0, later_every=1)
+
+    @classmethod
+    def one_in(cls, every: int, ranges: Tuple[Tuple[int, int], ...] = ()) -> "OperatorSampling":
+        """Every ``every``-th iteration throughout, and ``ranges``."""
+        return cls(every=every, ranges=ranges, until=0, later_every=every)
 
     def recorded(self, iteration):
         """Whether iteration ``iteration`` (1-based) of an iteration task records its operators: for an int (the
         runtime, at every step) a bool, for a numpy array of them (the reader) an array of bools. Written with
         ``|`` and ``&``, which mean the same for both, so the rule is written once."""
-        picked = iteration % self.every == 0
+        early = iteration <= self.until
+        picked = ((iteration % self.every == 0) & early) | ((iteration % self.later_every == 0) & ~early)
         for first, last in self.ranges:
             picked = picked | ((iteration >= first) & (iteration <= last))
         return picked
+
+    def _multiples(self, iterations: int) -> int:
+        """How many of iterations 1..``iterations`` the moduli pick (ranges aside)."""
+        early = min(iterations, self.until)
+        later = iterations // self.later_every - self.until // self.later_every if iterations > self.until else 0
+        return early // self.every + later
 
     def count(self, iterations: int) -> int:
         """How many of iterations 1..``iterations`` record their operators (no loop over them)."""
@@ -86,22 +110,26 @@ class OperatorSampling:
             else:
                 merged.append((first, last))
         inside = sum(last - first + 1 for first, last in merged)
-        multiples_inside = sum(last // self.every - (first - 1) // self.every for first, last in merged)
-        return inside + iterations // self.every - multiples_inside
+        multiples_inside = sum(self._multiples(last) - self._multiples(first - 1) for first, last in merged)
+        return inside + self._multiples(iterations) - multiples_inside
 
     def describe(self) -> str:
-        """``every 20th iteration, and iterations 2-11``: for the summary."""
-        if self.every == 1:
+        """``every 20th iteration to 200 and every 100th after, and iterations 2-11``: for the summary."""
+        if self.every == self.later_every == 1:
             return "every iteration"
+        if self.every == self.later_every:
+            rule = f"every {self.every}th iteration"
+        else:
+            rule = f"every {self.every}th iteration to {self.until} and every {self.later_every}th after"
         ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.ranges)
-        return f"every {self.every}th iteration" + (f", and iterations {ranges}" if ranges else "")
+        return rule + (f", and iterations {ranges}" if ranges else "")
 
     # -- handed down to the run -----------------------------------------------------------------
 
     def environment(self) -> Dict[str, str]:
         """The variable that gives a run this policy (read by :meth:`from_environment` in the copy)."""
         ranges = ",".join(f"{a}-{b}" for a, b in self.ranges)
-        return {VARIABLE: f"every={self.every};ranges={ranges}"}
+        return {VARIABLE: f"every={self.every};until={self.until};later={self.later_every};ranges={ranges}"}
 
     @classmethod
     def from_environment(cls, environ: Optional[Dict[str, str]] = None) -> "OperatorSampling":
@@ -113,16 +141,22 @@ class OperatorSampling:
         try:
             fields = dict(part.split("=", 1) for part in text.split(";"))
             ranges = tuple(tuple(int(n) for n in r.split("-", 1)) for r in fields.get("ranges", "").split(",") if r)
-            return cls(every=int(fields["every"]), ranges=ranges)  # type: ignore[arg-type]
+            every = int(fields["every"])
+            return cls(every=every, ranges=ranges, until=int(fields.get("until", 0)),  # type: ignore[arg-type]
+                       later_every=int(fields.get("later", every)))
         except (ValueError, KeyError, TypeError):
             return cls()
 
     def to_json(self) -> dict:
-        return {"every": self.every, "ranges": [list(r) for r in self.ranges]}
+        return {"every": self.every, "ranges": [list(r) for r in self.ranges], "until": self.until,
+                "later_every": self.later_every}
 
     @classmethod
     def from_json(cls, data: dict) -> "OperatorSampling":
-        return cls(every=int(data["every"]), ranges=tuple((int(a), int(b)) for a, b in data.get("ranges", ())))
+        """As :meth:`to_json` wrote it; a record from before ``until`` (one modulus throughout) reads as it ran."""
+        every = int(data["every"])
+        return cls(every=every, ranges=tuple((int(a), int(b)) for a, b in data.get("ranges", ())),
+                   until=int(data.get("until", 0)), later_every=int(data.get("later_every", every)))
 
 
 class _Entered:
@@ -151,7 +185,7 @@ class OperatorToggle:
         self.sampling = sampling
         # A step past every range that is not a multiple of ``every`` records nothing: told without calling
         # ``recorded`` (each call a step makes costs microseconds, see collection.task_begin).
-        self._every = sampling.every
+        self._every, self._until, self._later = sampling.every, sampling.until, sampling.later_every
         self._ranges_end = max((last for _, last in sampling.ranges), default=0)
         self._counters: Dict[str, Iterator[int]] = {}
         self._lock = threading.Lock()
@@ -175,7 +209,8 @@ class OperatorToggle:
         if entered is not None:  # inside an iteration recording its operators already
             entered.inside += 1
             return
-        if not number or (number % self._every and number > self._ranges_end) or not self.sampling.recorded(number):
+        if not number or (number % (self._every if number <= self._until else self._later)
+                          and number > self._ranges_end) or not self.sampling.recorded(number):
             return
         torch = sys.modules.get("torch")
         if torch is None:
