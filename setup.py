@@ -8,7 +8,8 @@ It is a plain shared library for Intel's ITT static parts to ``dlopen``
 (through ``INTEL_LIBITTNOTIFY64``): it has no ``PyInit`` and is never imported;
 ``instrumenter.collector.library_path()`` finds it.
 ``instrumenter/builtin/trace/pairing.c`` becomes ``instrumenter/builtin/trace/_pairing*.so`` (bound with ctypes).
-``instrumenter/runtime/around.c`` becomes the Python module ``instrumenter.runtime._around``. The collector and the
+``instrumenter/runtime/around.c`` and ``markers.c`` become the Python modules ``instrumenter.runtime._around`` and
+``_markers``. The collector and the
 trace reader include ``format.h``, generated here from ``instrumenter/collector/formats.py``. Building needs a C compiler
 (gcc or clang); everything else about the package is in pyproject.toml.
 """
@@ -82,6 +83,12 @@ setup(
         Extension(
             "instrumenter.runtime._around",
             sources=["instrumenter/runtime/around.c"],
+            extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
+        ),
+        # the copies' task_begin/task_end, with no Python frame (instrumenter/runtime/collection.py)
+        Extension(
+            "instrumenter.runtime._markers",
+            sources=["instrumenter/runtime/markers.c"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
         ),
     ],

@@ -58,7 +58,7 @@ CHILD = """
 import json, statistics, sys, time
 import torch
 import ittapi.compat as ittc
-from instrumenter.runtime.collection import Collection
+from instrumenter.runtime.collection import Collection, markers
 from instrumenter.runtime.torch_ops import OperatorSampling, OperatorToggle
 
 torch.manual_seed(0)
@@ -69,10 +69,9 @@ itt = Collection(ittc)
 own, other = itt.domain_create("autoitt.train"), itt.domain_create("bench.other")
 cases = {{"bare": (None, None), "task": (itt, other), "own task": (itt, own)}}
 for every in everies:
-    sampled = Collection(ittc)
-    sampled._operators = OperatorToggle(OperatorSampling.one_in(every))
-    sampled._operators.add(["step"])
-    cases[f"own task, operators 1/{{every}}"] = (sampled, own)
+    toggle = OperatorToggle(OperatorSampling.one_in(every))
+    toggle.add(["step"])
+    cases[f"own task, operators 1/{{every}}"] = (markers(toggle), own)  # a copy's markers, with this rule
 
 
 def run(marker, domain):

@@ -4,6 +4,8 @@
 program seeing a wrapper: no frame in its stack or tracebacks, its result and exceptions unchanged, its
 attributes passed through. ``Rebound``: called with the arguments another function made; it joins autoitt's
 callback to a Keras fit's (instrumenter/runtime/libraries.py) with no frame of autoitt's under the fit.
+``Guarded``: called only where a check says so; autoitt's global optimizer step pre-hook, which PyTorch calls at
+every step, runs no Python where no profiler is on.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import traceback
 
 import pytest
 
-from instrumenter.runtime._around import Around, Rebound
+from instrumenter.runtime._around import Around, Guarded, Rebound
 
 
 def test_a_wrapped_call_runs_between_its_markers_and_returns_what_the_callable_returns():
@@ -101,3 +103,21 @@ def test_a_rebound_callables_attributes_signature_and_repr_are_its_own():
     rebound = Rebound(_fit, lambda *a, **k: None)
     assert (rebound.__name__, rebound.__wrapped__, repr(rebound)) == ("_fit", _fit, repr(_fit))
     assert inspect.signature(rebound) == inspect.signature(_fit)
+
+
+def test_a_guarded_call_runs_only_where_its_check_is_true_and_otherwise_returns_none():
+    log, on = [], [False]
+    guarded = Guarded(lambda: on[0], lambda *args, **kwargs: log.append((args, kwargs)) or "made")
+    assert guarded(1, k=2) is None and log == []
+    on[0] = True
+    assert guarded(1, k=2) == "made" and log == [((1,), {"k": 2})]
+
+
+def test_a_guarded_call_that_fails_returns_none_and_raises_nothing():
+    def broken(*_args):
+        raise RuntimeError("the hook failed")
+
+    assert Guarded(lambda: True, broken)(1) is None
+    assert Guarded(broken, lambda: "never")() is None
+    with pytest.raises(TypeError):
+        Guarded(lambda: True, "not callable")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from instrumenter.builtin.statistics.intervals import Keep
 from instrumenter.builtin.statistics.taskstats import summarize
 from instrumenter.builtin.trace.events import Event
 from instrumenter.builtin.trace.tracefile import ProcessTrace
-from instrumenter.runtime import torch_ops
+from instrumenter.runtime import collection, torch_ops
 from instrumenter.runtime.torch_ops import OperatorSampling
 from tests.contexts import read_context
 from tests.test_libraries import LIGHTNING_FIT
@@ -80,26 +81,48 @@ def test_a_copy_run_by_hand_records_the_timeline_window_trace_steps_auto_keeps()
     assert torch_ops.DEFAULT_RANGES == AUTO_RANGES
 
 
+class Marks:
+    """A copy's markers (instrumenter.runtime._markers, C) counting iterations for ``toggle``, on a domain of
+    their own: without a collector, ITT's calls do nothing but the toggle's work."""
+
+    def __init__(self, toggle):
+        import ittapi.compat
+
+        self.domain = ittapi.compat.domain_create("test")
+        self.marks = collection.markers(toggle)
+
+    def begin(self, name):
+        self.marks.task_begin(self.domain, name)
+
+    def end(self):
+        self.marks.task_end(self.domain)
+
+
+def marks_for(sampling, names=("step",)):
+    toggle = torch_ops.OperatorToggle(sampling)
+    toggle.add(list(names))
+    return Marks(toggle)
+
+
 def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_end():
     torch = pytest.importorskip("torch")
-    toggle = torch_ops.OperatorToggle(OperatorSampling.one_in(2))
-    toggle.add(["step", "eval"])
+    marks = marks_for(OperatorSampling.one_in(2), ("step", "eval"))
     enabled = torch.autograd._profiler_enabled
-    toggle.begin("step")  # iteration 1: not picked
+    marks.begin("step")  # iteration 1: not picked
     assert not enabled()
-    toggle.end()
-    toggle.begin("step")  # iteration 2: picked
+    marks.end()
+    marks.begin("step")  # iteration 2: picked
     assert enabled()
-    toggle.begin("eval")  # an evaluation inside it: counted (its first), inside the step's recording
-    toggle.begin("closure")
-    toggle.end()
-    toggle.end()
+    marks.begin("eval")  # an evaluation inside it: counted (its first), inside the step's recording
+    marks.begin("closure")
+    marks.end()
+    marks.end()
     assert enabled()
-    toggle.end()  # the step's own end
+    marks.end()  # the step's own end
     assert not enabled()
-    toggle.begin("eval")  # the evaluation's second iteration: picked
+    marks.begin("eval")  # the evaluation's second iteration: picked
     assert enabled()
-    toggle.end()
+    marks.end()
     assert not enabled()
 
 
@@ -107,26 +130,83 @@ def test_the_runtime_records_operators_from_the_picked_iterations_begin_to_its_e
                                       OperatorSampling.one_in(5, ((20, 30),)), OperatorSampling.one_in(3),
                                       OperatorSampling(every=3, ranges=((2, 4), (30, 33)), until=20, later_every=7)])
 def test_the_runtime_records_exactly_the_iterations_the_rule_picks(sampling):
-    # the runtime turns most iterations down without asking the rule (a step's every call costs): it must still
+    # the markers turn most iterations down without asking the rule (a step's every call costs): they must still
     # record the ones the reader counts as recorded, and no other
     torch = pytest.importorskip("torch")
-    toggle = torch_ops.OperatorToggle(sampling)
-    toggle.add(["step"])
+    marks = marks_for(sampling)
     recorded = []
     for _ in range(60):
-        toggle.begin("step")
+        marks.begin("step")
         recorded.append(torch.autograd._profiler_enabled())
-        toggle.end()
+        marks.end()
     assert recorded == [bool(sampling.recorded(i)) for i in range(1, 61)]
+
+
+def test_a_step_that_records_nothing_runs_no_python_of_autoitts():
+    # the markers are C (markers.c): a Python function of autoitt's would be a frame the program can see (a
+    # Ctrl-C landing in it shows it in the traceback) and costs microseconds between a step's cold code
+    pytest.importorskip("torch")
+    marks = marks_for(OperatorSampling.one_in(5, ()))
+    called = []
+
+    def watch(frame, event, _arg):
+        if event == "call":
+            called.append((frame.f_code.co_filename, frame.f_code.co_name))
+
+    for _ in range(3):  # iterations 1-3: not picked
+        sys.setprofile(watch)
+        try:
+            marks.marks.task_begin(marks.domain, "step")
+            marks.marks.task_end(marks.domain)
+        finally:
+            sys.setprofile(None)
+    assert called == []
+
+
+def test_the_closure_hook_is_registered_only_while_an_iteration_records():
+    # PyTorch calls a global optimizer step pre-hook at every step (about 2 µs a step between cold code): with
+    # operators sampled, only the iterations that record them need their closures marked
+    pytest.importorskip("torch")
+    import torch.optim.optimizer as optimizer
+
+    marks = marks_for(OperatorSampling.one_in(2))
+    before = len(optimizer._global_optimizer_pre_hooks)
+    marks.begin("step")  # iteration 1: not picked
+    assert len(optimizer._global_optimizer_pre_hooks) == before
+    marks.end()
+    marks.begin("step")  # iteration 2: records
+    assert len(optimizer._global_optimizer_pre_hooks) == before + 1
+    marks.end()
+    assert len(optimizer._global_optimizer_pre_hooks) == before
+
+
+def test_another_threads_step_leaves_the_recording_iteration_alone():
+    torch = pytest.importorskip("torch")
+    marks = marks_for(OperatorSampling.one_in(2))
+    marks.begin("step")  # iteration 1, on another thread below: iteration 2 is this thread's
+    marks.end()
+    marks.begin("step")  # iteration 2: picked, this thread records
+    seen = []
+
+    def other():
+        marks.begin("step")  # iteration 3: not picked; its end must not leave this thread's emit_itt
+        marks.end()
+        seen.append(torch.autograd._profiler_enabled())
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    assert torch.autograd._profiler_enabled() and seen == [False]
+    marks.end()
+    assert not torch.autograd._profiler_enabled()
 
 
 def test_the_runtime_leaves_a_profiler_the_script_runs_alone():
     torch = pytest.importorskip("torch")
-    toggle = torch_ops.OperatorToggle(OperatorSampling.every_iteration())
-    toggle.add(["step"])
+    marks = marks_for(OperatorSampling.every_iteration())
     with torch.autograd.profiler.emit_itt():
-        toggle.begin("step")
-        toggle.end()
+        marks.begin("step")
+        marks.end()
         assert torch.autograd._profiler_enabled()  # still the script's, not left by autoitt
     assert not torch.autograd._profiler_enabled()
 

@@ -1,5 +1,6 @@
 /* instrumenter.runtime._around: a callable that runs `begin()`, then the callable it wraps, then `end()`, with no Python
- * frame of its own (Around); and one that calls what it wraps with the arguments another function made (Rebound).
+ * frame of its own (Around); one that calls what it wraps with the arguments another function made (Rebound); and
+ * one that calls what it wraps only where a check says so (Guarded).
  *
  * Why C: autoitt marks an optimizer's closure as a task (instrumenter/runtime/closures.py), and the closure runs the
  * user's forward and backward. A Python wrapper would be a frame between the optimizer and the user's code: in
@@ -223,22 +224,105 @@ static PyTypeObject ReboundType = {
     .tp_repr = (reprfunc)rebound_repr,
 };
 
+/* Guarded(check, fn)(*args, **kwargs): calls check() and, where it returns true, fn(*args, **kwargs); else returns
+ * None. autoitt's global optimizer step pre-hook is one (instrumenter/runtime/closures.py): PyTorch calls it at every
+ * optimizer step, and where no profiler is on (most steps, with operators sampled) it costs a call into check (C)
+ * and no Python frame. An error from check or fn is swallowed and the result is None (the call as it is): a hook
+ * that fails must never change the program's outcome. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *check;
+    PyObject *fn;
+    vectorcallfunc vectorcall;
+} Guarded;
+
+static PyObject *guarded_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Guarded *self = (Guarded *)callable;
+    PyObject *on = PyObject_CallNoArgs(self->check);
+    int yes = on != NULL ? PyObject_IsTrue(on) : -1;
+    Py_XDECREF(on);
+    PyObject *result = NULL;
+    if (yes > 0)
+        result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    if (result == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
+static PyObject *guarded_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *check, *fn;
+    static char *names[] = {"check", "fn", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:Guarded", names, &check, &fn))
+        return NULL;
+    if (!PyCallable_Check(check) || !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "Guarded(check, fn): both must be callable");
+        return NULL;
+    }
+    Guarded *self = (Guarded *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->check = Py_NewRef(check);
+    self->fn = Py_NewRef(fn);
+    self->vectorcall = guarded_vectorcall;
+    return (PyObject *)self;
+}
+
+static int guarded_traverse(Guarded *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->check);
+    Py_VISIT(self->fn);
+    return 0;
+}
+
+static int guarded_clear(Guarded *self)
+{
+    Py_CLEAR(self->check);
+    Py_CLEAR(self->fn);
+    return 0;
+}
+
+static void guarded_dealloc(Guarded *self)
+{
+    PyObject_GC_UnTrack(self);
+    guarded_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject GuardedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrumenter.runtime._around.Guarded",
+    .tp_basicsize = sizeof(Guarded),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Guarded(check, fn): fn(*args, **kwargs) where check() is true, else None; no Python frame.",
+    .tp_new = guarded_new,
+    .tp_traverse = (traverseproc)guarded_traverse,
+    .tp_clear = (inquiry)guarded_clear,
+    .tp_dealloc = (destructor)guarded_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Guarded, vectorcall),
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "instrumenter.runtime._around",
-    .m_doc = "A callable wrapper with no Python frame (see around.c).",
+    .m_doc = "Callable wrappers with no Python frame (see around.c).",
     .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__around(void)
 {
-    if (PyType_Ready(&AroundType) < 0 || PyType_Ready(&ReboundType) < 0)
+    if (PyType_Ready(&AroundType) < 0 || PyType_Ready(&ReboundType) < 0 || PyType_Ready(&GuardedType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Around", (PyObject *)&AroundType) < 0
-        || PyModule_AddObjectRef(m, "Rebound", (PyObject *)&ReboundType) < 0) {
+        || PyModule_AddObjectRef(m, "Rebound", (PyObject *)&ReboundType) < 0
+        || PyModule_AddObjectRef(m, "Guarded", (PyObject *)&GuardedType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

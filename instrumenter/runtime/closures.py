@@ -9,7 +9,10 @@ step "optimizer".
 
 :func:`install` registers one global optimizer step pre-hook
 (``torch.optim.optimizer.register_optimizer_step_pre_hook``, PyTorch's public
-API) that, while an ITT profiler is on (``emit_itt``), passes the optimizer
+API) for the rest of the process, and :func:`register` one for as long as an
+iteration records operators (``--torch-ops sampled``, the toggle in
+:mod:`instrumenter.runtime.torch_ops`). While an ITT profiler is on
+(``emit_itt``), the hook passes the optimizer
 the closure wrapped so that each call of it is a task named
 :data:`CLOSURE_TASK` on PyTorch's ITT domain (``torch._C._itt``, where its
 operators are). The wrapper is :class:`instrumenter.runtime._around.Around`, a C type:
@@ -20,7 +23,9 @@ is the closure's, unchanged. The phases then count what a closure runs by its
 own operators (:mod:`instrumenter.builtin.statistics.phases`).
 
 What the program can see: the optimizer's step hooks (its own post-hooks)
-get the wrapper in ``args``; ``type()`` of it is ``Around``. Nothing else.
+get the wrapper in ``args``; ``type()`` of it is ``Around``; the global pre-hook
+is a ``Guarded`` (C), which asks whether a profiler is on and calls no Python
+where none is. Nothing else.
 
 Imported by the copies' runtime (:mod:`instrumenter.runtime.collection`,
 :mod:`instrumenter.runtime.window`): the standard library only; torch is found in
@@ -34,6 +39,8 @@ import sys
 import threading
 from typing import Any, Optional, Tuple
 
+from .extensions import load
+
 #: The name of a closure's task (on PyTorch's ITT domain); the phases recognise it by this name.
 CLOSURE_TASK = "Optimizer.closure"
 
@@ -44,61 +51,65 @@ _installed = False
 def install() -> bool:
     """Registers the closure hook once per process, if the script has imported ``torch.optim``; True once it is.
 
-    Called at each training region's start (cheap once installed): a script that imports torch inside its
-    training function has it by then."""
+    Called at each training region's start (cheap once installed) by a copy that records every operator, or
+    none: a script that imports torch inside its training function has it by then. PyTorch then calls the hook
+    at every optimizer step, about 2 µs a step between a step's cold code (the check whether a profiler is on),
+    so a copy that samples operators registers it only while an iteration records them (:func:`register`)."""
     global _installed
     if _installed:
         return True
-    optimizer = sys.modules.get("torch.optim.optimizer")
-    torch = sys.modules.get("torch")
-    if optimizer is None or torch is None:
-        return False
-    register = getattr(optimizer, "register_optimizer_step_pre_hook", None)
-    itt = getattr(getattr(torch, "_C", None), "_itt", None)
-    if register is None or itt is None or not itt.is_available():
+    found = _registrar()
+    if found is None:
         return False
     with _lock:
         if not _installed:
             _installed = True  # tried once: a hook that cannot be made is not retried at every region
             try:
-                register(_hook(torch, itt))
+                found[0](_hook(*found[1:]))
             except Exception:  # a marker must never break the program: without it, closures count as optimizer
                 return False
     return True
 
 
-def around_module() -> Any:
-    """``instrumenter.runtime._around`` (the wrappers that leave no frame: ``Around``, ``Rebound``), loaded from
-    this module's folder by path: in a copy's process the runtime is the launcher's ``_autoitt`` package, not
-    ``instrumenter.runtime``, and the extension is found beside this file whatever the package is called."""
-    name = f"{__package__}._around" if __package__ else "_around"
-    module = sys.modules.get(name)
-    if module is None:
-        import importlib.machinery
-        import importlib.util
-        import os
+def register() -> Any:
+    """Registers the closure hook for a while (an iteration that records operators, ``torch_ops``): the handle
+    to ``remove()`` it with, or None where it cannot be (no ``torch.optim`` yet, or no ITT in this torch)."""
+    found = _registrar()
+    if found is None:
+        return None
+    try:
+        return found[0](_hook(*found[1:]))
+    except Exception:  # as install(): without it, closures count as optimizer
+        return None
 
-        folder = os.path.dirname(os.path.abspath(__file__))
-        path = next(p for p in (os.path.join(folder, "_around" + suffix)
-                                for suffix in importlib.machinery.EXTENSION_SUFFIXES) if os.path.exists(p))
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return module
+
+def _registrar() -> Optional[Tuple[Any, Any, Any]]:
+    """(``register_optimizer_step_pre_hook``, torch, ``torch._C._itt``), or None where the script has not
+    imported ``torch.optim`` or its torch has no ITT."""
+    optimizer = sys.modules.get("torch.optim.optimizer")
+    torch = sys.modules.get("torch")
+    if optimizer is None or torch is None:
+        return None
+    registrar = getattr(optimizer, "register_optimizer_step_pre_hook", None)
+    itt = getattr(getattr(torch, "_C", None), "_itt", None)
+    if registrar is None or itt is None or not itt.is_available():
+        return None
+    return registrar, torch, itt
+
+
+def around_module() -> Any:
+    """``instrumenter.runtime._around``: the wrappers that leave no frame (``Around``, ``Rebound``, ``Guarded``)."""
+    return load("_around")
 
 
 def _hook(torch: Any, itt: Any):
     """The pre-hook: the step's closure (``step(closure)`` or ``step(closure=...)``) wrapped, while a profiler is on."""
     Around = around_module().Around
 
-    profiling = torch.autograd._profiler_enabled
     begin = functools.partial(itt.rangePush, CLOSURE_TASK)
     end = itt.rangePop
 
     def wrap_closure(_optimizer: Any, args: Tuple[Any, ...], kwargs: dict) -> Optional[Tuple[tuple, dict]]:
-        if not profiling():
-            return None
         if len(args) > 1 and callable(args[1]) and not isinstance(args[1], Around):
             return (args[0], Around(args[1], begin, end)) + tuple(args[2:]), kwargs
         closure = kwargs.get("closure")
@@ -106,4 +117,5 @@ def _hook(torch: Any, itt: Any):
             return args, dict(kwargs, closure=Around(closure, begin, end))
         return None
 
-    return wrap_closure
+    # asked in C at every step: no Python frame of autoitt's where no profiler is on
+    return around_module().Guarded(torch.autograd._profiler_enabled, wrap_closure)

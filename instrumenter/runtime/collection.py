@@ -2,7 +2,7 @@
 
 The copy's markers stay the recipe's calls (``itt.resume()``,
 ``itt.task_begin(_autoitt_domain, "step")``, ...); its header binds ``itt`` to a
-:class:`Collection` around ``ittapi.compat``, which changes two things:
+:class:`Collection` around ``ittapi.compat``, which changes these:
 
 * collection resumes when the first training region of the process starts and
   pauses when the last one ends, counted over every thread, generator and
@@ -15,7 +15,9 @@ The copy's markers stay the recipe's calls (``itt.resume()``,
   (:mod:`instrumenter.runtime.torch_ops`);
 * a task name's ITT string handle is made once. ``ittapi.compat.task_begin``
   makes one per call and never gives its memory back: about 31 bytes a call,
-  600 MB over 20 M steps.
+  600 MB over 20 M steps;
+* ``task_begin``/``task_end`` are C (``markers.c``): no frame of autoitt's on
+  the stack, no bytecode of its own run at a step that records nothing.
 
 Every copy in a process (an entry script and the local modules it imports)
 shares one count and one set of handles. Imported by instrumented copies, so
@@ -29,45 +31,45 @@ import threading
 from typing import Any, Dict, Iterable, Optional
 
 from .closures import install as install_closures
+from .extensions import load
 
 _lock = threading.Lock()
 #: training regions running now, in every thread of the process
 _regions = 0
-#: task name -> its ITT string handle
+#: task name -> its ITT string handle (the markers keep it)
 _handles: Dict[str, Any] = {}
+#: window.py's markers (no operator toggle), made at its first task
+_plain: Any = None
 
 
-#: ``ittapi.native``, imported at the first task: its functions are looked up on it at each call, so that a
-#: test (or a profiler) may wrap them
-_native: Any = None
+def markers(toggle: Any = None) -> Any:
+    """The markers (``instrumenter.runtime._markers.Markers``, C: ``markers.c``) over ``ittapi.native`` and the
+    process's one set of string handles; ``toggle``: the :class:`~instrumenter.runtime.torch_ops.OperatorToggle`
+    they count iterations for.
 
-
-def _first_native() -> Any:
-    global _native
+    Every step runs their ``task_begin`` and ``task_end``, after a step's worth of the framework's own code has
+    left them out of the CPU's caches: as Python, the pair and the toggle cost about 4 µs a step on the conv
+    sample (benchmarks/bench_step_parts.py), and a Ctrl-C could land inside them, its traceback showing
+    autoitt's line under the user's. In C they run no bytecode of autoitt's."""
     import ittapi.native
 
-    _native = ittapi.native
-    return _native
+    return load("_markers").Markers(ittapi.native, _handles, toggle)
 
 
 def task_begin(domain: Any, name: str) -> None:
-    """``__itt_task_begin`` on ``domain`` with the one string handle of ``name``.
-
-    Every step runs this and :meth:`Collection.task_end`, after a step's worth of the framework's own code has
-    left them out of the CPU's caches: each Python call and lookup here costs far more than it does in a loop
-    (about 5 µs a step for the pair on the conv sample, benchmarks/bench_step_parts.py), so they are kept few.
-    """
-    native = _native or _first_native()
-    handle = _handles.get(name)
-    if handle is None:
-        with _lock:
-            handle = _handles.setdefault(name, native.StringHandle(name))
-    native.task_begin(domain, handle)
+    """``__itt_task_begin`` on ``domain`` with the one string handle of ``name`` (window.py's tasks)."""
+    global _plain
+    if _plain is None:
+        _plain = markers()
+    _plain.task_begin(domain, name)
 
 
 class Collection:
     """``ittapi.compat`` with collection counted across the process's regions, and string handles made once;
-    ``operators_in``: the iteration tasks whose sampled iterations record PyTorch's operators."""
+    ``operators_in``: the iteration tasks whose sampled iterations record PyTorch's operators.
+
+    ``task_begin(domain, name)`` and ``task_end(domain)`` are the C markers' (:func:`markers`), set on the
+    instance: the copy's ``itt.task_begin(...)`` is a call into C, with no Python frame of autoitt's."""
 
     def __init__(self, itt: Any, operators_in: Iterable[str] = ()) -> None:
         self._itt = itt
@@ -77,11 +79,15 @@ class Collection:
 
             self._operators = toggle()
             self._operators.add(operators_in)
+        marks = markers(self._operators)
+        self.task_begin = marks.task_begin
+        self.task_end = marks.task_end
 
     def resume(self) -> None:
         """A training region starts: collection resumes if it is the only one running."""
         global _regions
-        install_closures()
+        if self._operators is None:  # else the toggle hooks closures in the iterations that record operators
+            install_closures()
         with _lock:
             _regions += 1
             if _regions == 1:
@@ -96,19 +102,6 @@ class Collection:
             _regions -= 1
             if _regions == 0:
                 self._itt.pause()
-
-    def task_begin(self, domain: Any, name: str) -> None:
-        task_begin(domain, name)
-        operators = self._operators
-        if operators is not None:
-            operators.begin(name)  # after the task began: the operators are the iteration's children
-
-    def task_end(self, domain: Any) -> None:
-        operators = self._operators
-        if operators is not None:
-            operators.end()
-        # ``ittapi.compat.task_end`` is a Python function around this one: a call less per step
-        (_native or _first_native()).task_end(domain)
 
     def domain_create(self, name: Optional[str] = None) -> Any:
         return self._itt.domain_create(name)

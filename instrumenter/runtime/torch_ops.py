@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 #: ``--torch-ops``: every operator of training (``emit_itt`` around each training region), those of a sample
 #: of the iterations, or none.
@@ -169,48 +169,65 @@ class _Entered:
         self.inside = 0
 
 
+class Moduli(NamedTuple):
+    """What turns most iterations down without asking the rule: iteration ``n`` records nothing when
+    ``n % (every if n <= until else later)`` and ``n > ranges_end`` (each call a step makes costs microseconds,
+    see instrumenter/runtime/markers.c, which reads these once)."""
+
+    every: int
+    until: int
+    later: int
+    ranges_end: int
+
+
 class OperatorToggle:
     """Enters ``emit_itt`` for the iterations of ``iterations`` (task names) the policy picks, and leaves it
     when that task ends; one per process (every copy's ``itt`` shares it), counting per task name.
 
-    A step that records nothing (most of them) costs a lookup and a count: each thread keeps only what
-    it entered and how many tasks are open inside it, so the ``task_end`` that closes that iteration leaves
-    ``emit_itt``, whatever is nested inside. Each name's count is an ``itertools.count``, whose ``next`` the
-    GIL makes atomic across threads. Nothing here may fail the script: where PyTorch's profiler already
-    runs on the thread (the script's own, or an outer iteration's), the iteration is not toggled; an error
-    from PyTorch is swallowed.
+    The copies' markers (``instrumenter.runtime._markers``, C) count each iteration in ``_counters`` and call
+    :meth:`begin_numbered` and :meth:`end` only where they may matter: for an iteration :attr:`fast_reject` does
+    not turn down, and while :attr:`entered_threads` is not zero. So a step that records nothing (most of them)
+    runs no Python of autoitt's. Each thread keeps only what it entered and how many tasks are open inside it,
+    so the ``task_end`` that closes that iteration leaves ``emit_itt``, whatever is nested inside. Each name's
+    count is an ``itertools.count``, whose ``next`` the GIL makes atomic across threads. Nothing here may fail
+    the script: where PyTorch's profiler already runs on the thread (the script's own, or an outer
+    iteration's), the iteration is not toggled; an error from PyTorch is swallowed.
     """
 
     def __init__(self, sampling: OperatorSampling) -> None:
         self.sampling = sampling
-        # A step past every range that is not a multiple of ``every`` records nothing: told without calling
-        # ``recorded`` (each call a step makes costs microseconds, see collection.task_begin).
-        self._every, self._until, self._later = sampling.every, sampling.until, sampling.later_every
-        self._ranges_end = max((last for _, last in sampling.ranges), default=0)
+        self.fast_reject = Moduli(sampling.every, sampling.until, sampling.later_every,
+                                  max((last for _, last in sampling.ranges), default=0))
+        #: threads inside an iteration recording its operators now (changed under ``_lock``)
+        self.entered_threads = 0
+        #: the optimizer closure hook's handle while some thread records (instrumenter/runtime/closures.py)
+        self._closure_hook: Any = None
         self._counters: Dict[str, Iterator[int]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
 
     def forked(self) -> None:
-        """In a forked child: it counts its own iterations from zero, as the reader counts each process's."""
+        """In a forked child: it counts its own iterations from zero, as the reader counts each process's; only
+        the forking thread runs in the child, so only its recording iteration, if any, is still entered."""
         self._counters = {name: itertools.count(1) for name in self._counters}
         self._lock = threading.Lock()
+        self.entered_threads = int(getattr(self._local, "entered", None) is not None)
+        if not self.entered_threads and self._closure_hook is not None:  # another thread's, gone in the child
+            _remove(self._closure_hook)
+            self._closure_hook = None
 
     def add(self, names: Iterable[str]) -> None:
         """Also sample the iterations of task ``names``."""
         with self._lock:
             self._counters = {**{name: itertools.count(1) for name in names}, **self._counters}
 
-    def begin(self, name: str) -> None:
-        """A task ``name`` began on this thread."""
-        counter = self._counters.get(name)
-        number = next(counter) if counter is not None else 0  # counted wherever it runs, as the reader counts
+    def begin_numbered(self, name: str, number: int) -> None:
+        """A task ``name`` began on this thread, its iteration ``number`` counted (0: not an iteration sampled)."""
         entered = getattr(self._local, "entered", None)
         if entered is not None:  # inside an iteration recording its operators already
             entered.inside += 1
             return
-        if not number or (number % (self._every if number <= self._until else self._later)
-                          and number > self._ranges_end) or not self.sampling.recorded(number):
+        if not number or not self.sampling.recorded(number):
             return
         torch = sys.modules.get("torch")
         if torch is None:
@@ -223,6 +240,12 @@ class OperatorToggle:
         except Exception:  # a guest in the script's process: a torch that cannot, records no operators
             return
         self._local.entered = _Entered(context)
+        with self._lock:
+            self.entered_threads += 1
+            if self.entered_threads == 1:  # optimizers' closures marked while some iteration records
+                from .closures import register
+
+                self._closure_hook = register()
 
     def end(self) -> None:
         """This thread's innermost open task ended."""
@@ -233,10 +256,24 @@ class OperatorToggle:
             entered.inside -= 1
             return
         self._local.entered = None
+        with self._lock:
+            self.entered_threads -= 1
+            hook = None
+            if not self.entered_threads:
+                hook, self._closure_hook = self._closure_hook, None
+        if hook is not None:
+            _remove(hook)
         try:
             entered.context.__exit__(None, None, None)
         except Exception:
             pass
+
+
+def _remove(hook: Any) -> None:
+    try:
+        hook.remove()
+    except Exception:  # a guest: a hook torch could not take back is left, guarded (it wraps only while profiling)
+        pass
 
 
 _toggle: Optional[OperatorToggle] = None

@@ -1,0 +1,268 @@
+/* instrumenter.runtime._markers: an instrumented copy's task_begin and task_end, with no Python frame of their own.
+ *
+ * Why C: every step of a copy runs `itt.task_begin(domain, "step")` and `itt.task_end(domain)`, between a step's
+ * worth of the framework's own code. As Python functions (instrumenter/runtime/collection.py and the operator
+ * toggle, instrumenter/runtime/torch_ops.py) the pair made four Python calls a step, and each costs far more
+ * there than in a loop, its code out of the CPU's caches: about 4 µs a step on the conv sample
+ * (benchmarks/bench_step_parts.py). And a frame of autoitt's is one the program can see: a Ctrl-C that lands
+ * while a marker runs raised KeyboardInterrupt inside it, and the traceback showed autoitt's line under the
+ * user's. Here the pair is two calls into C, which calls only C (ittapi.native's functions, dict and iterator
+ * operations): no bytecode of autoitt's runs, so pending signals are handled in the user's own frame.
+ *
+ * Contract (Markers(native, handles, toggle)):
+ *   task_begin(domain, name): begins a task `name` on `domain` through native.task_begin with the one string
+ *     handle of `name` (made with native.StringHandle once, kept in `handles`, a dict every copy in the process
+ *     shares), then, with a toggle, counts the iteration (toggle._counters[name], an iterator of 1, 2, ...) and
+ *     asks toggle.begin_numbered(name, number) only where it may matter: where some thread is inside an
+ *     iteration recording operators (toggle.entered_threads), or where the number is not turned down by the
+ *     rule's moduli (toggle.fast_reject's four ints: every, until, later, ranges_end).
+ *   task_end(domain): with a toggle where some thread is inside a recorded iteration, toggle.end(); then
+ *     native.task_end(domain).
+ *   native's functions are looked up on it at every call, so that a test (or a profiler) may wrap them. An
+ *   error from native's functions is raised as they raise it (as ittapi.compat's own markers would); the
+ *   toggle's own errors are swallowed (it swallows its own too: a marker that fails must not change what the
+ *   program does).
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *native;  /* ittapi.native */
+    PyObject *handles; /* dict: name -> StringHandle */
+    PyObject *toggle;  /* OperatorToggle or NULL */
+    /* the toggle's rule moduli, read once (its policy is frozen) */
+    long every, until, later, ranges_end;
+} Markers;
+
+static PyObject *s_task_begin, *s_task_end, *s_string_handle, *s_counters, *s_entered_threads, *s_begin_numbered,
+    *s_end;
+
+/* Swallows the toggle's error, leaving no error set. */
+static void toggle_call(PyObject *toggle, PyObject *method, PyObject *const *args, size_t nargs)
+{
+    PyObject *result = PyObject_VectorcallMethod(method, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (result == NULL)
+        PyErr_Clear();
+    Py_XDECREF(result);
+    (void)toggle;
+}
+
+/* Whether some thread is inside an iteration recording its operators (then the toggle's bookkeeping must see
+   every task): toggle.entered_threads != 0. An attribute that cannot be read counts as yes (the slow path is
+   always right). */
+static int someone_entered(PyObject *toggle)
+{
+    PyObject *value = PyObject_GetAttr(toggle, s_entered_threads);
+    if (value == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    int yes = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    if (yes < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    return yes;
+}
+
+/* Counts iteration `name` on the toggle: its number (1-based), 0 where the toggle does not sample `name`, -1 on
+   an error (swallowed). */
+static long count_iteration(PyObject *toggle, PyObject *name)
+{
+    PyObject *counters = PyObject_GetAttr(toggle, s_counters);
+    if (counters == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long number = 0;
+    PyObject *counter = PyDict_Check(counters) ? PyDict_GetItemWithError(counters, name) : NULL; /* borrowed */
+    if (counter != NULL) {
+        PyObject *next = PyIter_Next(counter);
+        number = next != NULL ? PyLong_AsLong(next) : -1;
+        Py_XDECREF(next);
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        number = -1;
+    }
+    Py_DECREF(counters);
+    return number;
+}
+
+static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "task_begin(domain, name): name must be a str");
+        return NULL;
+    }
+    PyObject *domain = args[0], *name = args[1];
+    PyObject *handle = PyDict_GetItemWithError(self->handles, name); /* borrowed */
+    if (handle == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *made = PyObject_CallMethodOneArg(self->native, s_string_handle, name);
+        if (made == NULL)
+            return NULL;
+        handle = PyDict_SetDefault(self->handles, name, made); /* borrowed: the first one made, on a race */
+        Py_DECREF(made);
+        if (handle == NULL)
+            return NULL;
+    }
+    Py_INCREF(handle); /* the dict may be changed by the call below */
+    PyObject *call[3] = {NULL, domain, handle};
+    call[0] = self->native;
+    PyObject *result = PyObject_VectorcallMethod(s_task_begin, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(handle);
+    if (result == NULL)
+        return NULL;
+    Py_DECREF(result);
+    if (self->toggle == NULL)
+        Py_RETURN_NONE;
+    /* after the task began: the operators are the iteration's children */
+    long number = count_iteration(self->toggle, name);
+    if (number < 0)
+        Py_RETURN_NONE;
+    if (!someone_entered(self->toggle)
+        && (number == 0
+            || ((number % (number <= self->until ? self->every : self->later)) && number > self->ranges_end)))
+        Py_RETURN_NONE; /* most steps: recorded by nobody, and not one the rule picks */
+    PyObject *numbered = PyLong_FromLong(number);
+    if (numbered == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *targs[3] = {self->toggle, name, numbered};
+    toggle_call(self->toggle, s_begin_numbered, targs, 3);
+    Py_DECREF(numbered);
+    Py_RETURN_NONE;
+}
+
+static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "task_end(domain)");
+        return NULL;
+    }
+    if (self->toggle != NULL && someone_entered(self->toggle)) {
+        PyObject *targs[1] = {self->toggle};
+        toggle_call(self->toggle, s_end, targs, 1);
+    }
+    PyObject *call[2] = {self->native, args[0]};
+    return PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static int read_long(PyObject *from, const char *field, long *out)
+{
+    PyObject *value = PyObject_GetAttrString(from, field);
+    if (value == NULL)
+        return -1;
+    *out = PyLong_AsLong(value);
+    Py_DECREF(value);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *markers_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *native, *handles, *toggle;
+    static char *names[] = {"native", "handles", "toggle", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O:Markers", names, &native, &PyDict_Type, &handles, &toggle))
+        return NULL;
+    Markers *self = (Markers *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->native = Py_NewRef(native);
+    self->handles = Py_NewRef(handles);
+    if (toggle != Py_None) {
+        self->toggle = Py_NewRef(toggle);
+        PyObject *moduli = PyObject_GetAttrString(toggle, "fast_reject");
+        if (moduli == NULL || read_long(moduli, "every", &self->every) < 0 || read_long(moduli, "until", &self->until) < 0
+            || read_long(moduli, "later", &self->later) < 0 || read_long(moduli, "ranges_end", &self->ranges_end) < 0) {
+            Py_XDECREF(moduli);
+            Py_DECREF(self);
+            return NULL;
+        }
+        Py_DECREF(moduli);
+        if (self->every < 1 || self->later < 1) {
+            PyErr_SetString(PyExc_ValueError, "Markers: the toggle's every and later must be >= 1");
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    return (PyObject *)self;
+}
+
+static int markers_traverse(Markers *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->native);
+    Py_VISIT(self->handles);
+    Py_VISIT(self->toggle);
+    return 0;
+}
+
+static int markers_clear(Markers *self)
+{
+    Py_CLEAR(self->native);
+    Py_CLEAR(self->handles);
+    Py_CLEAR(self->toggle);
+    return 0;
+}
+
+static void markers_dealloc(Markers *self)
+{
+    PyObject_GC_UnTrack(self);
+    markers_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef markers_methods[] = {
+    {"task_begin", (PyCFunction)(void (*)(void))markers_task_begin, METH_FASTCALL,
+     "task_begin(domain, name): a task with name's one string handle; counts the iteration for the toggle."},
+    {"task_end", (PyCFunction)(void (*)(void))markers_task_end, METH_FASTCALL,
+     "task_end(domain): ends this thread's innermost task on domain (and the toggle's iteration)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MarkersType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrumenter.runtime._markers.Markers",
+    .tp_basicsize = sizeof(Markers),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Markers(native, handles, toggle): a copy's task_begin/task_end with no Python frame (markers.c).",
+    .tp_new = markers_new,
+    .tp_traverse = (traverseproc)markers_traverse,
+    .tp_clear = (inquiry)markers_clear,
+    .tp_dealloc = (destructor)markers_dealloc,
+    .tp_methods = markers_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "instrumenter.runtime._markers",
+    .m_doc = "A copy's step markers with no Python frame (see markers.c).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__markers(void)
+{
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&s_task_begin, "task_begin"}, {&s_task_end, "task_end"}, {&s_string_handle, "StringHandle"},
+        {&s_counters, "_counters"}, {&s_entered_threads, "entered_threads"}, {&s_begin_numbered, "begin_numbered"},
+        {&s_end, "end"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return NULL;
+    if (PyType_Ready(&MarkersType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Markers", (PyObject *)&MarkersType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
