@@ -100,13 +100,15 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/launch/site/sitecustomize.py": set(),
     "instrumenter/runtime/__init__.py": set(),
     "instrumenter/runtime/collection.py": {"ittapi", "instrumenter.runtime.libraries", "instrumenter.runtime.closures",
-                                           "instrumenter.runtime.torch_ops"},
-    # torch is found in sys.modules (the script imported it), never imported
-    "instrumenter/runtime/torch_ops.py": set(),
+                                           "instrumenter.runtime.torch_ops", "instrumenter.runtime.extensions"},
+    # torch is found in sys.modules (the script imported it), never imported; the closure hook while recording
+    "instrumenter/runtime/torch_ops.py": {"instrumenter.runtime.closures"},
+    # autoitt's own C modules (_around, _markers), loaded by their path
+    "instrumenter/runtime/extensions.py": set(),
     "instrumenter/runtime/window.py": {"ittapi", "instrumenter.runtime.collection", "instrumenter.runtime.libraries",
                                        "instrumenter.runtime.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path
-    "instrumenter/runtime/closures.py": set(),
+    "instrumenter/runtime/closures.py": {"instrumenter.runtime.extensions"},
     # the frameworks it imports are named by the object's class (already imported), never by name here; the C
     # wrappers that leave no frame come through closures (relatively: _autoitt.closures in a copy's process)
     "instrumenter/runtime/libraries.py": {"instrumenter.runtime.closures"},

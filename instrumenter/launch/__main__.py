@@ -85,13 +85,16 @@ FAULT_FILE = "autoitt-error.txt"
 
 def _autoitt_fault(value) -> "str | None":
     """How an uncaught exception is autoitt's rather than the script's, or None: raised in autoitt's own code
-    (its runtime, this launcher compiling a copy, ittapi) or a name of the markers that is not defined. Only
+    (its runtime, this launcher compiling a copy, ittapi; the C markers mark theirs) or a name of the markers
+    that is not defined. Only
     errors (an ``Exception``): Ctrl-C and ``sys.exit`` land wherever the program happens to be."""
     if not isinstance(value, Exception):
         return None
     name = getattr(value, "name", None) if isinstance(value, NameError) else None
     if name and (name == "itt" or name.startswith("_autoitt")):
         return f"{type(value).__name__}: {value}"
+    if getattr(value, "_autoitt_marker", False) is True:  # raised in the markers, C: no frame of theirs to see
+        return f"{type(value).__name__}: {value} (raised in autoitt's markers, instrumenter/runtime/markers.c)"
     last, tb = None, value.__traceback__
     while tb is not None:
         last, tb = tb, tb.tb_next

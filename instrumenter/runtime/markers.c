@@ -19,8 +19,9 @@
  *   task_end(domain): with a toggle where some thread is inside a recorded iteration, toggle.end(); then
  *     native.task_end(domain).
  *   native's functions are looked up on it at every call, so that a test (or a profiler) may wrap them. An
- *   error from native's functions is raised as they raise it (as ittapi.compat's own markers would); the
- *   toggle's own errors are swallowed (it swallows its own too: a marker that fails must not change what the
+ *   error from native's functions is raised as they raise it (as ittapi.compat's own markers would), marked as
+ *   the markers' (the attribute `_autoitt_marker`, which the launcher reads to say the error is autoitt's:
+ *   no frame of autoitt's is in its traceback to tell); the toggle's own errors are swallowed (it swallows its own too: a marker that fails must not change what the
  *   program does).
  */
 
@@ -92,32 +93,52 @@ static long count_iteration(PyObject *toggle, PyObject *name)
     return number;
 }
 
+/* The error in flight was raised by the markers (not by the program): says so on the exception, as the attribute
+   `_autoitt_marker` the launcher reads (instrumenter/launch/__main__.py, _autoitt_fault), since no frame of
+   autoitt's is in its traceback to tell. Returns NULL, for `return fault();`. */
+static PyObject *fault(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *raised = PyErr_GetRaisedException();
+    if (raised != NULL && PyObject_SetAttrString(raised, "_autoitt_marker", Py_True) < 0)
+        PyErr_Clear(); /* an exception that takes no attribute: raised as it is */
+    PyErr_SetRaisedException(raised);
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && PyObject_SetAttrString(value, "_autoitt_marker", Py_True) < 0)
+        PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+#endif
+    return NULL;
+}
+
 static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyUnicode_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "task_begin(domain, name): name must be a str");
-        return NULL;
+        return fault();
     }
     PyObject *domain = args[0], *name = args[1];
     PyObject *handle = PyDict_GetItemWithError(self->handles, name); /* borrowed */
     if (handle == NULL) {
         if (PyErr_Occurred())
-            return NULL;
+            return fault();
         PyObject *made = PyObject_CallMethodOneArg(self->native, s_string_handle, name);
         if (made == NULL)
-            return NULL;
+            return fault();
         handle = PyDict_SetDefault(self->handles, name, made); /* borrowed: the first one made, on a race */
         Py_DECREF(made);
         if (handle == NULL)
-            return NULL;
+            return fault();
     }
     Py_INCREF(handle); /* the dict may be changed by the call below */
-    PyObject *call[3] = {NULL, domain, handle};
-    call[0] = self->native;
+    PyObject *call[3] = {self->native, domain, handle};
     PyObject *result = PyObject_VectorcallMethod(s_task_begin, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(handle);
     if (result == NULL)
-        return NULL;
+        return fault();
     Py_DECREF(result);
     if (self->toggle == NULL)
         Py_RETURN_NONE;
@@ -144,14 +165,15 @@ static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize
 {
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "task_end(domain)");
-        return NULL;
+        return fault();
     }
     if (self->toggle != NULL && someone_entered(self->toggle)) {
         PyObject *targs[1] = {self->toggle};
         toggle_call(self->toggle, s_end, targs, 1);
     }
     PyObject *call[2] = {self->native, args[0]};
-    return PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *result = PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    return result != NULL ? result : fault();
 }
 
 static int read_long(PyObject *from, const char *field, long *out)
