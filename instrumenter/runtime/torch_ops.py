@@ -86,8 +86,9 @@ class OperatorSampling:
         """Whether iteration ``iteration`` (1-based) of an iteration task records its operators: for an int (the
         runtime, at every step) a bool, for a numpy array of them (the reader) an array of bools. Written with
         ``|`` and ``&``, which mean the same for both, so the rule is written once."""
-        early = iteration <= self.until
-        picked = ((iteration % self.every == 0) & early) | ((iteration % self.later_every == 0) & ~early)
+        # two comparisons, not ``~``: on a bool (the runtime's int) it is the int's bitwise inversion
+        early, late = iteration <= self.until, iteration > self.until
+        picked = ((iteration % self.every == 0) & early) | ((iteration % self.later_every == 0) & late)
         for first, last in self.ranges:
             picked = picked | ((iteration >= first) & (iteration <= last))
         return picked
