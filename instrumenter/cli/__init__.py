@@ -44,8 +44,9 @@ def _mode_options(command):
         click.option("--torch-ops", type=click.Choice(TORCH_OPS), default=None,
                      help="PyTorch's operators as ITT tasks (torch.autograd.profiler.emit_itt()): all, in every step; "
                           f"sampled, in the steps --trace-steps names (2-11) and every {DEFAULT_EVERY}th step and "
-                          f"eval iteration to the {DEFAULT_UNTIL}th, every {DEFAULT_LATER_EVERY}th after, so that small operators cost the run little (phases and the operator "
-                          "table then come from those steps, scaled); off, none. Default: sampled for profile "
+                          f"eval iteration to the {DEFAULT_UNTIL}th, every {DEFAULT_LATER_EVERY}th after, so that "
+                          "small operators cost the run little (phases and the operator table then come from "
+                          "those steps, scaled); off, none. Default: sampled for profile "
                           "with the built-in collector; all for instrument and for VTune, whose reports cannot be "
                           "scaled."),
         click.option("--no-torch-ops", is_flag=True, hidden=True, help="The same as --torch-ops off."),

@@ -9,8 +9,8 @@ Timers ride on the scheduler tick (at most 250 samples a second here, each
 weighted by the periods it stands for); their signals cost too (about 0.1-0.15 ms
 of a PyTorch step each in this VM, even with an empty handler), so where the
 user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
-(100) a second: under 1 % of a 0.44 ms conv step, where 250 cost 2-3 %
-(benchmarks/README.md, ``bench_small_ops.py`` and ``bench_step_parts.py``).
+(100) a second: about 1.5 % of a 0.44 ms conv step, where 250 cost 2-3 %
+(benchmarks/README.md, ``bench_small_ops.py`` and ``bench_signal_cost.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
 (``_interrupt_cost``, C, bound with ctypes: about 50 ms), and the run gets

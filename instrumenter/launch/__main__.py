@@ -86,8 +86,8 @@ FAULT_FILE = "autoitt-error.txt"
 def _autoitt_fault(value) -> "str | None":
     """How an uncaught exception is autoitt's rather than the script's, or None: raised in autoitt's own code
     (its runtime, this launcher compiling a copy, ittapi; the C markers mark theirs) or a name of the markers
-    that is not defined. Only
-    errors (an ``Exception``): Ctrl-C and ``sys.exit`` land wherever the program happens to be."""
+    that is not defined. Only errors (an ``Exception``): Ctrl-C and ``sys.exit`` land wherever the program
+    happens to be."""
     if not isinstance(value, Exception):
         return None
     name = getattr(value, "name", None) if isinstance(value, NameError) else None
