@@ -30,6 +30,9 @@ _TOP_HOTSPOTS = 8
 _TOP_IN_TASK = 4
 #: Rows of "Your code" on the one screen: the lines a user can change.
 _TOP_LINES = 6
+#: Under this many samples' worth of CPU time in collection the hotspots are said to be thin: a share's standard
+#: error is then above 7 points (at 50 %: sqrt(0.25 / 50)), so close ranks are chance
+_FEW_SAMPLES = 50
 #: A function name longer than this is shortened on the terminal.
 _NAME_WIDTH = 60
 #: Width of a phase's bar at a share of 100 %.
@@ -327,6 +330,12 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
             f"({_rate(sampling)})", rows, "it"))
     collected = sampling.get("collected_cpu_s") or 0
+    period = sampling.get("period_s") or 0
+    if rows and period and collected / period < _FEW_SAMPLES:
+        worth = max(round(collected / period), 1)
+        console.print(f"[yellow]note:[/yellow] these hotspots stand on about {worth} sample{'s' * (worth != 1)} "
+                      f"({duration(period)} of CPU each): too few to rank them closely; a longer run, or a higher "
+                      "--sample-rate, gives more")
     cost = sampling.get("profiling_cpu_s") or 0
     if collected and cost >= 0.005 * collected:
         console.print(f"  profiling's own cost: {duration(cost)} of that CPU time ({cost / collected:.1%}): autoitt's "
