@@ -71,7 +71,10 @@ def test_timers_the_user_chose_sample_at_their_own_rate_unless_told():
 def test_a_cheap_interruption_keeps_perf_at_the_collectors_rate(monkeypatch):
     monkeypatch.setattr(mechanism, "perf_interrupt_ns", lambda: 1_500.0)
     chosen = mechanism.choose({})
-    assert chosen.mechanism == "perf" and chosen.environment() == {mechanism.VARIABLE: "perf"}  # 1000 a second
+    # 1000 a second; should the run find perf refused (a container's seccomp), its timers at their own rate
+    assert chosen.mechanism == "perf"
+    assert chosen.environment() == {mechanism.VARIABLE: "perf", "AUTOITT_SAMPLE_TIMER_HZ": "100"}
+    assert mechanism.choose({}, rate_given=True).environment() == {mechanism.VARIABLE: "perf"}
 
 
 def test_where_it_cannot_be_measured_the_collector_tries_perf_first(monkeypatch):

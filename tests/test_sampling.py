@@ -414,6 +414,28 @@ def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path)
     assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
 
 
+def test_timers_that_take_over_from_a_refused_perf_sample_at_the_timer_rate_given(tmp_path):
+    # autoitt profile hands down AUTOITT_SAMPLE_TIMER_HZ (mechanism.choose) where the user gave no rate: perf at
+    # 1000 a second where it works, timers at 100 where a container refuses perf inside the run
+    done, traces = run_target(tmp_path, REFUSE + script(f"""
+        refuse({PERF_EVENT_OPEN})
+        import time, ittapi.compat as itt
+        d = itt.domain_create("autoitt.train")
+        itt.task_begin(d, "step")
+        t0, cpu0 = time.monotonic_ns(), time.thread_time()
+        busy(0.5)
+        print(t0, time.monotonic_ns(), time.thread_time() - cpu0)
+        itt.task_end(d)
+    """), AUTOITT_SAMPLE_TIMER_HZ="100")
+    sf = only_samples(traces)
+    assert sf.mechanism == "timer" and sf.rate_hz == 100 and sf.period_ns == 10_000_000
+    t0, t1, cpu = done.stdout.split()
+    during = (sf.ns >= int(t0)) & (sf.ns <= int(t1))
+    # 10 ms a period: about 50 periods in half a second of CPU, one sample each at most
+    assert 0.7 * 100 * float(cpu) <= sf.weight[during].sum() <= 1.2 * 100 * float(cpu)
+    assert during.sum() <= 1.2 * 100 * float(cpu)
+
+
 def test_with_no_way_to_sample_the_reason_is_recorded_and_the_trace_is_unaffected(tmp_path):
     done, traces = run_target(tmp_path, REFUSE + script(f"""
         refuse({PERF_EVENT_OPEN}, {TIMER_CREATE})

@@ -43,15 +43,19 @@ _HZ, _ROUNDS, _ITERATIONS = 20_000, 5, 1_500_000
 class Choice:
     """The mechanism a run samples with, and why: ``cost_ns`` is one perf interruption's measured cost
     (None: not measured); ``hz``, the rate it samples at where the user chose none (None: the collector's
-    default)."""
+    default); ``timer_hz``, with perf, the rate if the collector finds perf refused and falls back to timers
+    (None: perf's)."""
 
     mechanism: str
     why: str
     cost_ns: Optional[float] = None
     hz: Optional[int] = None
+    timer_hz: Optional[int] = None
 
     def environment(self) -> Dict[str, str]:
         rate = {"AUTOITT_SAMPLE_HZ": str(self.hz)} if self.hz is not None else {}
+        if self.timer_hz is not None:
+            rate["AUTOITT_SAMPLE_TIMER_HZ"] = str(self.timer_hz)
         return {VARIABLE: self.mechanism, **rate}
 
     def to_json(self) -> dict:
@@ -80,14 +84,20 @@ def choose(environ: Optional[Mapping[str, str]] = None, rate_given: bool = False
     interruption costs more than :data:`THRESHOLD_NS`, else perf; with timers, and no rate the user gave
     (``rate_given``), :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER` samples a second."""
     given = (os.environ if environ is None else environ).get(VARIABLE, "")
+    # perf may still be refused inside the run (a container's seccomp, perf_event_paranoid 3): the collector then
+    # falls back to timers, at their own rate too unless the user gave one
+    fallback = None if rate_given else SAMPLE_HZ_TIMER
     if given in MECHANISMS:
-        return Choice(given, f"{VARIABLE}={given}", hz=SAMPLE_HZ_TIMER if given == "timer" and not rate_given else None)
+        if given == "timer":
+            return Choice(given, f"{VARIABLE}={given}", hz=fallback)
+        return Choice(given, f"{VARIABLE}={given}", timer_hz=fallback)
     cost = perf_interrupt_ns()
     if cost is None:
-        return Choice("perf", "perf's cost could not be measured here: the collector tries perf, then timers")
+        return Choice("perf", "perf's cost could not be measured here: the collector tries perf, then timers",
+                      timer_hz=fallback)
     if cost > THRESHOLD_NS:
         rate = "at the scheduler tick's rate at most" if rate_given else f"{SAMPLE_HZ_TIMER} a second"
         return Choice("timer", f"a perf interruption costs {cost / 1000:.0f} µs of CPU here (1-2 µs on bare metal; "
                                "a VM's exits to its hypervisor cost this), so CPU-time timers sample instead: "
                                f"{rate}, each sample weighted", cost, None if rate_given else SAMPLE_HZ_TIMER)
-    return Choice("perf", f"a perf interruption costs {cost / 1000:.1f} µs of CPU here", cost)
+    return Choice("perf", f"a perf interruption costs {cost / 1000:.1f} µs of CPU here", cost, timer_hz=fallback)

@@ -77,6 +77,10 @@ typedef struct sthread {
 
 static unsigned long s_hz = S_DEFAULT_HZ;
 static uint64_t s_period_ns;
+/* AUTOITT_SAMPLE_TIMER_HZ: the rate to sample at if perf is refused and timers take over (autoitt profile sets it
+   where the user gave no rate: each timer signal costs a PyTorch step about 0.15 ms in a VM, so timers sample
+   slower than perf, instrumenter/collector/mechanism.py); 0: the same rate as perf's */
+static unsigned long s_timer_hz;
 static int s_signal_wanted;        /* AUTOITT_SAMPLE_SIGNAL */
 static int s_force;                /* AUTOITT_SAMPLE_MECHANISM */
 static int s_signal;
@@ -733,6 +737,10 @@ static void s_start_thread_locked(sthread *st)
         if (r == -ESRCH || r == -EMFILE || r == -ENFILE || r == -ENOMEM) { atomic_store(&st->active, 0); return; }
         perf_error = -r;
         s_mechanism = SM_TIMER;
+        if (s_timer_hz) { /* before any timer is armed and before the info record below: no sample is at another */
+            s_hz = s_timer_hz;
+            s_period_ns = 1000000000ull / s_hz;
+        }
         s_paranoid(paranoid, sizeof paranoid);
     }
     if (s_mechanism == SM_TIMER) {
@@ -1404,6 +1412,8 @@ void sampler_load(void)
     if (hz && hz[0]) s_hz = env_number("AUTOITT_SAMPLE_HZ", &value) ? value : S_DEFAULT_HZ;
     if (s_hz > S_MAX_HZ) s_hz = S_MAX_HZ;
     if (s_hz) s_period_ns = 1000000000ull / s_hz;
+    if (s_hz && env_number("AUTOITT_SAMPLE_TIMER_HZ", &value) && value > 0)
+        s_timer_hz = value > S_MAX_HZ ? S_MAX_HZ : value;
     if (env_number("AUTOITT_SAMPLE_SIGNAL", &value) && value > 0 && value < 65) s_signal_wanted = (int)value;
     s_table_shared_forced = env_number("AUTOITT_SAMPLE_SHARED_FDS", &value) && value == 1;
     const char *mechanism = getenv("AUTOITT_SAMPLE_MECHANISM");

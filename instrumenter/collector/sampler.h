@@ -125,7 +125,8 @@
  * the native walk's cache misses); in this VM the timer interrupt and the signal around it cost
  * the sampled thread about 25 us more, which is most of the overhead at 1 kHz.
  *
- * Controls (read at load): AUTOITT_SAMPLE_HZ (default 1000, 0: off), AUTOITT_OWN_DOMAINS (the own
+ * Controls (read at load): AUTOITT_SAMPLE_HZ (default 1000, 0: off), AUTOITT_SAMPLE_TIMER_HZ (the rate
+ * where perf is refused and timers take over; default: AUTOITT_SAMPLE_HZ's), AUTOITT_OWN_DOMAINS (the own
  * domains, comma-separated; default autoitt.train), AUTOITT_SAMPLE_SIGNAL (a signal number),
  * AUTOITT_SAMPLE_MECHANISM (perf|timer: force one, for comparisons), AUTOITT_SAMPLE_SHARED_FDS=1
  * (the scanner keeps the process's descriptor table, as where unshare is refused: for tests).
