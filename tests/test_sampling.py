@@ -391,25 +391,31 @@ def test_sampling_works_for_an_unprivileged_user(request):
     assert any(f[0] == "py" and sf.codes[f[1]].qualname == "busy" for s in sf.stack[:50] for f in sf.stacks[s])
 
 
-def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path):
+def refused_perf_run(tmp_path, seconds: float, **extra):
+    """A step busy for ``seconds`` with perf_event_open refused (seccomp): (its samples file, the step's start and
+    end in CLOCK_MONOTONIC ns, its CPU time in s)."""
     done, traces = run_target(tmp_path, REFUSE + script(f"""
         refuse({PERF_EVENT_OPEN})
         import time, ittapi.compat as itt
         d = itt.domain_create("autoitt.train")
         itt.task_begin(d, "step")
         t0, cpu0 = time.monotonic_ns(), time.thread_time()
-        busy(0.4)
+        busy({seconds})
         print(t0, time.monotonic_ns(), time.thread_time() - cpu0)
         itt.task_end(d)
-    """))
-    sf = only_samples(traces)
+    """), **extra)
+    t0, t1, cpu = done.stdout.split()
+    return only_samples(traces), int(t0), int(t1), float(cpu), traces
+
+
+def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path):
+    sf, t0, t1, cpu, traces = refused_perf_run(tmp_path, 0.4)
     assert sf.mechanism == "timer"
     assert sf.reason.startswith("perf_event_open was refused (Permission denied; kernel.perf_event_paranoid is")
     # at most one sample per kernel tick (250 per second here), each standing for the periods it covers
-    t0, t1, cpu = done.stdout.split()
-    during = (sf.ns >= int(t0)) & (sf.ns <= int(t1))
-    assert during.sum() <= 1.2 * 250 * float(cpu) and (sf.weight[during] > 1).mean() > 0.5
-    assert 0.7 * 1000 * float(cpu) <= sf.weight[during].sum() <= 1.2 * 1000 * float(cpu)
+    during = (sf.ns >= t0) & (sf.ns <= t1)
+    assert during.sum() <= 1.2 * 250 * cpu and (sf.weight[during] > 1).mean() > 0.5
+    assert 0.7 * 1000 * cpu <= sf.weight[during].sum() <= 1.2 * 1000 * cpu
     trace, = read_trace_dir(traces).traces
     assert [(e.kind, e.name) for e in trace.events] == [("begin", "step"), ("end", None)]
 
@@ -417,23 +423,11 @@ def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path)
 def test_timers_that_take_over_from_a_refused_perf_sample_at_the_timer_rate_given(tmp_path):
     # autoitt profile hands down AUTOITT_SAMPLE_TIMER_HZ (mechanism.choose) where the user gave no rate: perf at
     # 1000 a second where it works, timers at 100 where a container refuses perf inside the run
-    done, traces = run_target(tmp_path, REFUSE + script(f"""
-        refuse({PERF_EVENT_OPEN})
-        import time, ittapi.compat as itt
-        d = itt.domain_create("autoitt.train")
-        itt.task_begin(d, "step")
-        t0, cpu0 = time.monotonic_ns(), time.thread_time()
-        busy(0.5)
-        print(t0, time.monotonic_ns(), time.thread_time() - cpu0)
-        itt.task_end(d)
-    """), AUTOITT_SAMPLE_TIMER_HZ="100")
-    sf = only_samples(traces)
+    sf, t0, t1, cpu, _ = refused_perf_run(tmp_path, 0.5, AUTOITT_SAMPLE_TIMER_HZ="100")
     assert sf.mechanism == "timer" and sf.rate_hz == 100 and sf.period_ns == 10_000_000
-    t0, t1, cpu = done.stdout.split()
-    during = (sf.ns >= int(t0)) & (sf.ns <= int(t1))
+    during = (sf.ns >= t0) & (sf.ns <= t1)
     # 10 ms a period: about 50 periods in half a second of CPU, one sample each at most
-    assert 0.7 * 100 * float(cpu) <= sf.weight[during].sum() <= 1.2 * 100 * float(cpu)
-    assert during.sum() <= 1.2 * 100 * float(cpu)
+    assert 0.7 * 100 * cpu <= sf.weight[during].sum() <= 1.2 * 100 * cpu and during.sum() <= 1.2 * 100 * cpu
 
 
 def test_with_no_way_to_sample_the_reason_is_recorded_and_the_trace_is_unaffected(tmp_path):
