@@ -32,6 +32,16 @@ import time
 from typing import Dict, Iterator, Optional
 
 
+def _closure_wrapped(args, kwargs, wrap):
+    """An optimizer step pre-hook's result with the step's closure (``step(closure)`` or ``step(closure=...)``)
+    replaced by ``wrap(closure)``; None where the step has none."""
+    if len(args) > 1 and callable(args[1]):
+        return (args[0], wrap(args[1])) + tuple(args[2:]), kwargs
+    if callable(kwargs.get("closure")):
+        return args, dict(kwargs, closure=wrap(kwargs["closure"]))
+    return None
+
+
 def _mark_closures() -> None:
     from torch.autograd.profiler import record_function
     from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -43,11 +53,7 @@ def _mark_closures() -> None:
         return closure
 
     def hook(_optimizer, args, kwargs):
-        if len(args) > 1 and callable(args[1]):
-            return (args[0], marked(args[1])) + tuple(args[2:]), kwargs
-        if callable(kwargs.get("closure")):
-            return args, dict(kwargs, closure=marked(kwargs["closure"]))
-        return None
+        return _closure_wrapped(args, kwargs, marked)
 
     register_optimizer_step_pre_hook(hook)
 
@@ -156,11 +162,7 @@ def timed() -> Iterator[None]:
     def step_pre(_optimizer, args, kwargs):
         step_starts.append(time.perf_counter())
         # the closure's time (forward, backward, hooks) is taken off the optimizer's
-        if len(args) > 1 and callable(args[1]):
-            return (args[0], spans.timing("optimizer", args[1], -1.0)) + tuple(args[2:]), kwargs
-        if callable(kwargs.get("closure")):
-            return args, dict(kwargs, closure=spans.timing("optimizer", kwargs["closure"], -1.0))
-        return None
+        return _closure_wrapped(args, kwargs, lambda closure: spans.timing("optimizer", closure, -1.0))
 
     def step_post(_optimizer, _args, _kwargs):
         spans.seconds["optimizer"] += time.perf_counter() - step_starts.pop()

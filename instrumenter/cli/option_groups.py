@@ -102,7 +102,7 @@ verbose_option = click.option(
          "hotspots, notes.")
 
 
-def sample_rate(text: str) -> int:
+def sample_rate(text: str) -> Optional[int]:
     """``--sample-rate``: samples per second of a thread's CPU time, 0 (or ``off``) for none, None for ``auto``."""
     from ..profile.options import MAX_SAMPLE_HZ
 

@@ -21,8 +21,8 @@
  *   native's functions are looked up on it at every call, so that a test (or a profiler) may wrap them. An
  *   error from native's functions is raised as they raise it (as ittapi.compat's own markers would), marked as
  *   the markers' (the attribute `_autoitt_marker`, which the launcher reads to say the error is autoitt's:
- *   no frame of autoitt's is in its traceback to tell); the toggle's own errors are swallowed (it swallows its own too: a marker that fails must not change what the
- *   program does).
+ *   no frame of autoitt's is in its traceback to tell); the toggle's own errors are swallowed (it swallows its
+ *   own too: a marker that fails must not change what the program does).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -40,14 +40,13 @@ typedef struct {
 static PyObject *s_task_begin, *s_task_end, *s_string_handle, *s_counters, *s_entered_threads, *s_begin_numbered,
     *s_end;
 
-/* Swallows the toggle's error, leaving no error set. */
-static void toggle_call(PyObject *toggle, PyObject *method, PyObject *const *args, size_t nargs)
+/* Calls the toggle's `method` (args[0] is the toggle), swallowing its error: no error is left set. */
+static void toggle_call(PyObject *method, PyObject *const *args, size_t nargs)
 {
     PyObject *result = PyObject_VectorcallMethod(method, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (result == NULL)
         PyErr_Clear();
     Py_XDECREF(result);
-    (void)toggle;
 }
 
 /* Whether some thread is inside an iteration recording its operators (then the toggle's bookkeeping must see
@@ -156,7 +155,7 @@ static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssi
         Py_RETURN_NONE;
     }
     PyObject *targs[3] = {self->toggle, name, numbered};
-    toggle_call(self->toggle, s_begin_numbered, targs, 3);
+    toggle_call(s_begin_numbered, targs, 3);
     Py_DECREF(numbered);
     Py_RETURN_NONE;
 }
@@ -169,7 +168,7 @@ static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize
     }
     if (self->toggle != NULL && someone_entered(self->toggle)) {
         PyObject *targs[1] = {self->toggle};
-        toggle_call(self->toggle, s_end, targs, 1);
+        toggle_call(s_end, targs, 1);
     }
     PyObject *call[2] = {self->native, args[0]};
     PyObject *result = PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
