@@ -1,16 +1,23 @@
-"""What one CPU-time timer signal costs the step it lands in, by what the step does.
+"""What CPU-time timer signals cost a step, by what the step does: whole blocks with and without them.
 
 Plain Python, no autoitt: ``signal.setitimer(ITIMER_PROF, 10 ms)`` with an
 empty Python handler, as the collector's timers sample at 100 a second.
-Each step of a loop is timed and marked as signalled or not (the handler
-counts); the cost of a signal is the difference of the two kinds' means
-(medians alongside). Steps: pure Python arithmetic, a numpy matrix product,
-and the conv sample's training step (torch, one thread; skipped without
-torch). In this VM the cost grows with the step's working set: what the
-interruption evicts is refilled after it (benchmarks/README.md). Asserts
-nothing.
+Each round runs a block of steps with the timer armed and one without,
+alternately, so drift hits both alike; the cost a step pays is the median
+over rounds of the armed block's mean step minus the unarmed one's, and a
+signal's cost is that divided by the signals a step took (the handler
+counts them).
 
-Usage: ``python benchmarks/bench_signal_cost.py [--steps 6000]``.
+It also prints what an earlier version of this benchmark reported: the
+mean of the steps a signal landed in minus the mean of the others in the
+armed blocks. That figure is length-biased and must not be read as the
+cost: a CPU-time timer is likelier to expire in a longer step, so the
+steps it lands in were longer already (2026-12-03: 140 µs "a signal" on
+the conv step, where the blocks give about 30). Steps: pure Python
+arithmetic, a numpy matrix product, and the conv sample's training step
+(torch, one thread; skipped without torch). Asserts nothing.
+
+Usage: ``python benchmarks/bench_signal_cost.py [--rounds 30] [--block 300]``.
 """
 
 from __future__ import annotations
@@ -88,23 +95,38 @@ def steps() -> dict:
     return found
 
 
+def measure(step, rounds: int, block: int) -> dict:
+    """The step's cost of the signals (per step: median and quartiles over rounds), and the length-biased
+    figure, from ``rounds`` pairs of blocks."""
+    run(step, 50, signals=False)  # warm-up
+    extra, plain, hit, quiet = [], [], [], []
+    for _round in range(rounds):
+        unarmed, _ = run(step, block, signals=False)
+        armed, signalled = run(step, block, signals=True)
+        plain.append(statistics.mean(unarmed))
+        extra.append(statistics.mean(armed) - statistics.mean(unarmed))
+        hit += [d for d, s in zip(armed, signalled) if s]
+        quiet += [d for d, s in zip(armed, signalled) if not s]
+    quartiles = statistics.quantiles(extra, n=4)
+    return {"step": statistics.median(plain), "per_step": statistics.median(extra), "low": quartiles[0],
+            "high": quartiles[2], "signals_per_step": len(hit) / (rounds * block),
+            "biased": statistics.mean(hit) - statistics.mean(quiet) if hit and quiet else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--block", type=int, default=300, help="steps in each block")
     args = parser.parse_args()
-    print(f"{'step':<24}{'step µs':>9}{'signalled':>11}{'+µs (mean)':>12}{'+µs (median)':>14}")
+    print(f"{'step':<24}{'step µs':>9}{'signals/step':>14}{'+µs a step (IQR)':>22}{'µs a signal':>13}"
+          f"{'biased µs':>11}")
     for name, step in steps().items():
-        run(step, 50, signals=False)  # warm-up
-        plain, _ = run(step, args.steps, signals=False)
-        durations, signalled = run(step, args.steps, signals=True)
-        hit = [d for d, s in zip(durations, signalled) if s]
-        quiet = [d for d, s in zip(durations, signalled) if not s]
-        if not hit or not quiet:
-            print(f"{name:<24}{statistics.median(plain) * 1e6:>9.0f}{len(hit):>11}   (too few of a kind)")
-            continue
-        print(f"{name:<24}{statistics.median(plain) * 1e6:>9.0f}{len(hit):>11}"
-              f"{(statistics.mean(hit) - statistics.mean(quiet)) * 1e6:>12.0f}"
-              f"{(statistics.median(hit) - statistics.median(quiet)) * 1e6:>14.0f}")
+        found = measure(step, args.rounds, args.block)
+        rate = found["signals_per_step"]
+        each = f"{found['per_step'] / rate * 1e6:>13.0f}" if rate else f"{'-':>13}"
+        biased = f"{found['biased'] * 1e6:>11.0f}" if found["biased"] is not None else f"{'-':>11}"
+        spread = f"{found['per_step'] * 1e6:+.1f} ({found['low'] * 1e6:+.1f}, {found['high'] * 1e6:+.1f})"
+        print(f"{name:<24}{found['step'] * 1e6:>9.0f}{rate:>14.3f}{spread:>22}{each}{biased}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ def setups() -> list:
     out += [(f"profile --torch-ops {ops} --sample-rate 0", "profile", ("--torch-ops", ops, "--sample-rate", "0"), {})
             for ops in ("all", "off")]
     out += [("profile --sample-rate 0", "profile", ("--sample-rate", "0"), {})]  # the defaults' sampler's share
+    # other rates: the slope of the step's time against the rate is what one sample costs it
+    out += [(f"profile --sample-rate {hz}", "profile", ("--sample-rate", str(hz)), {}) for hz in (1, 50, 200)]
     return out
 
 

@@ -192,9 +192,9 @@ MAX_PYTHON_FRAMES = 64
 SAMPLE_HZ_DEFAULT = 1000
 SAMPLE_HZ_MAX = 10000
 #: The rate ``autoitt profile`` gives the collector where it samples with CPU-time timers and the user chose
-#: none (instrumenter/collector/mechanism.py): each timer signal costs a PyTorch step about 0.1-0.15 ms in a VM,
-#: even with an empty handler (benchmarks/README.md, bench_signal_cost.py), 2-3 % of a small step at the tick's
-#: 250 a second, about 1.5 % at 100; and 10 ms is VTune's own user-mode sampling interval.
+#: none (instrumenter/collector/mechanism.py): a sample (its signal and the handler's walk of the stacks) costs a
+#: PyTorch step about 0.13 ms in a VM (benchmarks/README.md, bench_step_parts.py), 2.2 % of a small step at the
+#: tick's 250 a second, 1.2-1.4 % at 100; and 10 ms is VTune's own user-mode sampling interval.
 SAMPLE_HZ_TIMER = 100
 
 # --------------------------------------------------------------------------------------------------------------

@@ -6,11 +6,11 @@ with POSIX CPU-time timers (``sampler.h``). Where an hrtimer expiry is cheap
 hypervisor (25-36 µs measured here), and a PyTorch loop slows by about four
 times that, its caches refilled after each exit: 1.15x to 1.35x at 1 kHz.
 Timers ride on the scheduler tick (at most 250 samples a second here, each
-weighted by the periods it stands for); their signals cost too (about 0.1-0.15 ms
-of a PyTorch step each in this VM, even with an empty handler), so where the
-user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
-(100) a second: about 1.5 % of a 0.44 ms conv step, where 250 cost 2-3 %
-(benchmarks/README.md, ``bench_small_ops.py`` and ``bench_signal_cost.py``).
+weighted by the periods it stands for); a sample costs too (its signal and the
+handler's walk of the stacks: about 0.13 ms of a PyTorch step in this VM), so where
+the user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
+(100) a second: 1.2-1.4 % of a 0.45 ms conv step, where 250 cost 2.2 %
+(benchmarks/README.md, ``bench_step_parts.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
 (``_interrupt_cost``, C, bound with ctypes: about 50 ms), and the run gets
