@@ -48,10 +48,10 @@ def test_the_count_of_recorded_iterations_is_the_rule_applied_to_each(sampling):
         assert sampling.count(iterations) == sum(sampling.recorded(i) for i in range(1, iterations + 1)), iterations
 
 
-def test_the_default_rule_records_the_timeline_window_every_20th_iteration_to_200_and_every_100th_after():
-    picked = [i for i in range(1, 501) if OperatorSampling().recorded(i)]
-    assert picked == list(range(2, 12)) + list(range(20, 201, 20)) + [300, 400, 500]
-    assert OperatorSampling().describe() == "every 20th iteration to 200 and every 100th after, and iterations 2-11"
+def test_the_default_rule_records_the_timeline_window_every_20th_iteration_to_200_and_every_500th_after():
+    picked = [i for i in range(1, 1501) if OperatorSampling().recorded(i)]
+    assert picked == list(range(2, 12)) + list(range(20, 201, 20)) + [500, 1000, 1500]
+    assert OperatorSampling().describe() == "every 20th iteration to 200 and every 500th after, and iterations 2-11"
 
 
 def test_the_rule_reaches_the_copy_through_its_environment():

@@ -134,7 +134,7 @@ class ProfileOptions:
     def operator_sampling(self) -> Optional[OperatorSampling]:
         """Which iterations record PyTorch's operators (``--torch-ops sampled``), else None: those of
         ``--trace-steps``' ranges (so the timeline's window has them), and every
-        :data:`~instrumenter.runtime.torch_ops.DEFAULT_EVERY`-th to the 200th, every 100th after; with
+        :data:`~instrumenter.runtime.torch_ops.DEFAULT_EVERY`-th to the 200th, every 500th after; with
         ``--trace-steps all``, every one."""
         if not self.mode.operators_sampled:
             return None

@@ -11,7 +11,7 @@ enters ``emit_itt`` for the iterations :class:`OperatorSampling` picks, of the
 iteration tasks the copy names (its step and eval loops', and a library's
 ``step``/``eval``), and leaves it when that iteration's task ends. Entering and
 leaving cost about 2 µs together in a loop that does nothing else; in a real
-step, a recorded step and the slower steps after it cost about a third of a
+step, a recorded step and the slower steps after it cost over half a step to a
 step in all (see :data:`DEFAULT_EVERY`), and a step that records nothing pays
 for a count and a compare.
 
@@ -45,14 +45,14 @@ TORCH_OPS = ("all", "sampled", "off")
 VARIABLE = "AUTOITT_TORCH_OPS"
 #: Every how many iterations operators are recorded past the ranges, up to iteration :data:`DEFAULT_UNTIL`, and
 #: every how many past it: chosen from the measured cost (benchmarks/README.md, ``bench_step_parts.py``). A
-#: recorded step, with entering and leaving ``emit_itt`` and the slower steps after it (their caches refilled),
-#: costs about 0.37 of a step on the conv sample and 0.31 on a loop of small operators: one in 20 adds 1.5-2 % to
-#: a run, one in 100 under 0.4 %. The first stretch keeps a short run's sample: a fit of 24 steps records its
-#: step 20 besides steps 2-11 (next to its warm-up), and 200 steps record 10 steady ones; a run of minutes (tens of
-#: thousands of steps) records hundreds at one in 100.
+#: recorded step, with entering and leaving ``emit_itt``, the closure hook's registration and the slower steps
+#: after it (their caches refilled), costs 260-500 µs of the conv sample's 0.45 ms step: one in 20 adds 3-5 % to
+#: that stretch, one in 100 about 1 %, one in 500 about 0.2 %. The first stretch keeps a short run's sample: a
+#: fit of 24 steps records its step 20 besides steps 2-11 (next to its warm-up), and 200 steps record 10 steady
+#: ones; a run of minutes (tens of thousands of steps) still records a hundred or more at one in 500.
 DEFAULT_EVERY = 20
 DEFAULT_UNTIL = 200
-DEFAULT_LATER_EVERY = 100
+DEFAULT_LATER_EVERY = 500
 #: The ranges recorded when none is given: ``--trace-steps auto``'s (its first window: the runtime cannot import
 #: ``instrumenter.profile.step_window.AUTO_RANGES``; a test holds them equal).
 DEFAULT_RANGES: Tuple[Tuple[int, int], ...] = ((2, 11),)
@@ -115,7 +115,7 @@ class OperatorSampling:
         return inside + self._multiples(iterations) - multiples_inside
 
     def describe(self) -> str:
-        """``every 20th iteration to 200 and every 100th after, and iterations 2-11``: for the summary."""
+        """``every 20th iteration to 200 and every 500th after, and iterations 2-11``: for the summary."""
         if self.every == self.later_every == 1:
             return "every iteration"
         if self.every == self.later_every:
