@@ -193,8 +193,8 @@ SAMPLE_HZ_DEFAULT = 1000
 SAMPLE_HZ_MAX = 10000
 #: The rate ``autoitt profile`` gives the collector where it samples with CPU-time timers and the user chose
 #: none (instrumenter/collector/mechanism.py): a sample (its signal and the handler's walk of the stacks) costs a
-#: PyTorch step about 0.13 ms in a VM (benchmarks/README.md, bench_step_parts.py), 2.2 % of a small step at the
-#: tick's 250 a second, 1.2-1.4 % at 100; and 10 ms is VTune's own user-mode sampling interval.
+#: PyTorch step 0.07-0.14 ms in a VM (benchmarks/README.md, bench_step_parts.py), 2.2 % of a small step at the
+#: tick's 250 a second, 0.7-1.4 % at 100; and 10 ms is VTune's own user-mode sampling interval.
 SAMPLE_HZ_TIMER = 100
 
 # --------------------------------------------------------------------------------------------------------------

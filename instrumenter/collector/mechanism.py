@@ -7,9 +7,9 @@ hypervisor (25-36 µs measured here), and a PyTorch loop slows by about four
 times that, its caches refilled after each exit: 1.15x to 1.35x at 1 kHz.
 Timers ride on the scheduler tick (at most 250 samples a second here, each
 weighted by the periods it stands for); a sample costs too (its signal and the
-handler's walk of the stacks: about 0.13 ms of a PyTorch step in this VM), so where
+handler's walk of the stacks: 0.07-0.14 ms of a PyTorch step in this VM), so where
 the user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
-(100) a second: 1.2-1.4 % of a 0.45 ms conv step, where 250 cost 2.2 %
+(100) a second: 0.7-1.4 % of a 0.45 ms conv step, where 250 cost 2.2 %
 (benchmarks/README.md, ``bench_step_parts.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
