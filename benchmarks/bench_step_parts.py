@@ -15,10 +15,12 @@ one way of marking the step:
 * ``own task, operators 1/N``: and PyTorch's operators recorded in every N-th step, as
   ``--torch-ops sampled`` does (:class:`instrumenter.runtime.torch_ops.OperatorToggle`; no ranges);
 * ``sampled`` (the sampling process only): the bare step with the sampler's signal let through. In every
-  other block of that process the thread blocks the signal (``pthread_sigmask``): its timers run and
-  expire alike, and the signal waits, so this case is what the signals and the handler cost a step, the
-  rest of sampling (armed timers, the scanner thread) being in the baseline too. A signal left waiting
-  is taken as the block opens, with the periods it stands for: the samples file is not what a run's is.
+  other block of that process the thread blocks the signal (``pthread_sigmask``): the timer expires
+  once and its signal waits, and Linux re-arms a periodic POSIX timer only when its signal is taken,
+  so this case is what the timers' expiries, the signals and the handler cost a step; the rest of
+  sampling (the timers' existence, the scanner thread, the hooks) is in the baseline too. The signal
+  left waiting is taken as the block opens, with the periods it stands for: the samples file is not
+  what a run's is.
 
 Each round runs every case once (``--block`` steps each), so drift hits them alike; a case's cost is the
 median over rounds of its block's mean step minus the same round's ``bare`` block's, with the quartiles.
