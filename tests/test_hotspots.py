@@ -189,6 +189,7 @@ def test_the_steps_python_time_is_their_threads_samples_in_python_during_them(tm
     spans = {"step": {(7, 7): (np.array([0, 3], np.int64), np.array([1, 4], np.int64))}}  # samples at ns 0-1, 3-4
     found = summarize_samples([samples], NAMES, _instrumentation(tmp_path), ["autoitt.train"], spans)
     assert found.info["python_cpu_s_in_steps"] == {"step": 0.004}
+    assert found.info["cpu_s_in_steps"] == {"step": 0.004}  # all the steps hold (those at ns 2 and 5 are outside)
 
 
 def test_a_sample_in_a_frameworks_native_code_or_jit_kernels_is_not_python():

@@ -114,6 +114,31 @@ def test_without_operator_tasks_the_work_is_one_compute_phase(tmp_path):
     assert set(json.loads(done.stdout)["steps"][0]["phases"]) == {"data", "compute", "python"}
 
 
+THIN = "python and compute are told apart by the samples taken in these steps"
+
+
+@pytest.mark.slow
+def test_a_python_and_compute_split_that_stands_on_few_samples_says_so(tmp_path):
+    # 8 steps of a few ms of CPU each: a handful of samples at 100 a second (timers, in a VM), a few dozen at perf's
+    # 1000; either way the note is there exactly when the steps' samples are under the 50 the summary calls thin
+    (tmp_path / "train.py").write_text(DATA_BOUND)
+    done = autoitt("profile", "--no-torch-ops", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sampling = json.loads((tmp_path / "out" / "summary.json").read_text())["sampling"]
+    worth = sampling["phase_split_cpu_s"]["step"] / sampling["period_s"]
+    shown = " ".join(done.stdout.split())
+    assert (THIN in shown and "too few to split them closely" in shown) == (worth < 50), (worth, shown)
+
+
+@pytest.mark.slow
+def test_phases_from_operator_tasks_do_not_stand_on_samples(tmp_path):
+    (tmp_path / "train.py").write_text(DATA_BOUND)
+    done = autoitt("profile", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["sampling"]["phase_split_cpu_s"] == {}
+    assert THIN not in " ".join(done.stdout.split())
+
+
 LBFGS = COMMON + """
 x = torch.randn(2048, 64)
 y = torch.sin(x[:, :1] * 3) + x[:, 1:2] ** 2

@@ -130,7 +130,13 @@ class BuiltinBackend(Backend):
             steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
                      if step.label in python and step.phase_steps else step for step in steps]
             info = dict(sampled.info, mechanism_why=record.sample_mechanism["why"]) if record.sample_mechanism \
-                else sampled.info
+                else dict(sampled.info)
+            # the steps' sampled CPU where it split their phases' python from compute: the summary says when that
+            # is too few samples to split them closely
+            split = {step.label for step in steps if step.label in python and step.phase_steps
+                     and "compute" in step.phases and "python" in step.phases}  # as with_samples refines them
+            info["phase_split_cpu_s"] = {label: cpu for label, cpu in sampled.info.get("cpu_s_in_steps", {}).items()
+                                         if label in split}
             samples = dict(sampling=info, hotspots=sampled.hotspots, hotspot_lines=sampled.lines,
                            hotspots_by_task=sampled.by_task, hotspots_outside=sampled.outside,
                            hotspot_lines_outside=sampled.outside_lines)

@@ -76,7 +76,7 @@ def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir
     if verbose or not summary.steps:
         _render_domains(summary, console, own_domain, all_domains=verbose)
     for step in summary.steps:
-        _render_steps(step, console, summary.operator_sampling)
+        _render_steps(step, console, summary.operator_sampling, summary.sampling)
         _render_counters(summary.counters.get(step.label), step.label, console)
     _render_evaluations(summary, console, instrumentation)
     _render_ranks(summary, console)
@@ -121,8 +121,10 @@ def _render_domains(summary: BuiltinSummary, console: Console, own_domain: Optio
         console.print(rows_table)
 
 
-def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = None) -> None:
-    """One step loop: its time, warm-up and steady state, then its phases as bars."""
+def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = None,
+                  sampling: Optional[dict] = None) -> None:
+    """One step loop: its time, warm-up and steady state, then its phases as bars; where the samples told its
+    ``python`` from ``compute`` (no operator tasks), whether they were enough to."""
     steady = step.steady_median_s or step.median_s  # a summary saved before warm-up was detected
     if step.warmup_steps:
         settled = (f"warm-up {step.warmup_steps} step{'s' if step.warmup_steps > 1 else ''} "
@@ -165,6 +167,13 @@ def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = N
         grid.add_row(literal(name), duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
+    period = (sampling or {}).get("period_s") or 0
+    in_steps = ((sampling or {}).get("phase_split_cpu_s") or {}).get(step.label)
+    if in_steps is not None and period and in_steps / period < _FEW_SAMPLES:
+        worth = round(in_steps / period)
+        console.print(f"[yellow]note:[/yellow] python and compute are told apart by the samples taken in these "
+                      f"steps: about {worth} sample{'s' * (worth != 1)} ({duration(period)} of CPU each), too few to "
+                      "split them closely; a longer run, or a higher --sample-rate, gives more")
 
 
 def _render_evaluations(summary: BuiltinSummary, console: Console, instrumentation: Optional[Instrumentation]) -> None:

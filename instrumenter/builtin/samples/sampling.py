@@ -55,7 +55,9 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
                       windows: Optional[Dict[int, List[Tuple[int, int]]]] = None) -> Optional[Sampled]:
     """``names``: per pid, (domains, strings) of its trace. None when no process wrote samples. ``step_spans``:
     per step label, the steps its phases are over (:attr:`~instrumenter.builtin.statistics.summary.StepStats.measured_spans`):
-    ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them.
+    ``info["python_cpu_s_in_steps"]`` then has, per label, their threads' CPU time in Python during them, and
+    ``info["cpu_s_in_steps"]`` all of their threads' sampled CPU time during them (how many samples that split
+    stands on: the summary says when they are few).
     ``windows``: per pid, its collection windows (:attr:`~..statistics.aggregate.Aggregates.windows`), for the processes
     that never controlled collection themselves (see :func:`_outside_collection`)."""
     if not files:
@@ -68,6 +70,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     regions: Dict[Optional[str], int] = {}
     tasks: Dict[Optional[str], int] = {}
     python_s: Dict[str, float] = {}  # per step label, samples' weights for now
+    in_steps: Dict[str, float] = {}
     parents = {samples.pid: samples.ppid for samples in files}
     for samples in files:
         period_ns = period_ns or samples.period_ns
@@ -76,7 +79,9 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         offset = len(stacks)
         stacks.extend(resolver.stacks(samples))
         for label, spans in (step_spans or {}).items():
-            python_s[label] = python_s.get(label, 0.0) + _python_in_spans(samples, stacks, offset, spans)
+            python, every = _in_spans(samples, stacks, offset, spans)
+            python_s[label] = python_s.get(label, 0.0) + python
+            in_steps[label] = in_steps.get(label, 0.0) + every
         domains, strings = names.get(samples.pid, ({}, {}))
         region = _task_keys(samples.autoitt_domain, samples.autoitt_name, domains, strings, own, regions)
         task = _task_keys(samples.task_domain, samples.task_name, domains, strings, None, tasks)
@@ -87,6 +92,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     info = _info(files, period_s)
     if step_spans:
         info["python_cpu_s_in_steps"] = {label: weight * period_s for label, weight in python_s.items()}
+        info["cpu_s_in_steps"] = {label: weight * period_s for label, weight in in_steps.items()}
     if not parts:
         return Sampled(info)
     stack = np.concatenate([p[0] for p in parts])
@@ -170,10 +176,11 @@ def _in_python(stack: Tuple[hotspots.Frame, ...]) -> bool:
     return False
 
 
-def _python_in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...]], offset: int,
-                     spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]) -> float:
-    """The weight of ``samples`` taken on the spans' threads, inside them, in Python (:func:`_in_python`)."""
-    total = 0.0
+def _in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...]], offset: int,
+              spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]) -> Tuple[float, float]:
+    """The weight of ``samples`` taken on the spans' threads, inside them: (in Python (:func:`_in_python`), in
+    all)."""
+    total = every = 0.0
     for (pid, tid), (starts, ends) in spans.items():
         if pid != samples.pid or not len(starts):
             continue
@@ -189,7 +196,8 @@ def _python_in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...
         unique, inverse = np.unique(samples.stack[chosen], return_inverse=True)
         python = np.array([_in_python(stacks[offset + int(i)]) for i in unique.tolist()], np.bool_)[inverse]
         total += float(samples.weight[chosen][python].sum())
-    return total
+        every += float(samples.weight[chosen].sum())
+    return total, every
 
 
 def _task_keys(domain_ptrs: np.ndarray, name_ptrs: np.ndarray, domains: Dict[int, str], strings: Dict[int, str],
