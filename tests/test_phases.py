@@ -128,6 +128,7 @@ def test_a_python_and_compute_split_that_stands_on_few_samples_says_so(tmp_path)
     worth = sampling["phase_split_cpu_s"]["step"] / sampling["period_s"]
     shown = " ".join(done.stdout.split())
     assert (THIN in shown and "too few to split them closely" in shown) == (worth < 50), (worth, shown)
+    assert (THIN in (tmp_path / "out" / "report.html").read_text()) == (worth < 50)  # the report's phases too
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from ...profile.console import duration, printable
 from ...profile.instrumentation import Instrumentation
 from ..samples.sampling import OUTSIDE_ROOT
 from ..statistics.summary import BuiltinSummary, Hotspot, TaskStats
+from .notes import thin_phase_split
 
 #: frames the flame graph keeps over all regions: the most sampled, each with its ancestors
 FLAME_NODES = 20000
@@ -246,8 +247,9 @@ def _phases(summary: BuiltinSummary) -> str:
                         f'{duration(phase.get("seconds_per_step", 0.0))}</td><td class="num">'
                         f'{phase.get("share", 0.0):.0%}</td><td><span class="bar" style="width:{width:.0f}px">'
                         '</span></td></tr>')
+        thin = thin_phase_split(summary.sampling, step.label)
         parts.append(f"<h3>{html_text(step.label)}: per step, over {step.phase_steps:,} steady steps</h3>"
-                     f"<table>{''.join(rows)}</table>")
+                     f"<table>{''.join(rows)}</table>" + (f"<p>note: {html_text(thin)}</p>" if thin else ""))
     return "".join(parts) or "<p>No phases: no steady step recorded its operators.</p>"
 
 

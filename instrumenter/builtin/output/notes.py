@@ -37,6 +37,24 @@ def contention_note(machine: Optional[dict], steps) -> List[str]:
             + " may be the wait for a core, not the run; profile on an idle machine to compare"]
 
 
+#: Under this many samples' worth of CPU time a sampled share is said to be thin: its standard error is then above 7
+#: points (at 50 %: sqrt(0.25 / 50)), so close shares are chance. The hotspots' and the phases' notes use it.
+FEW_SAMPLES = 50
+
+
+def thin_phase_split(sampling: Optional[dict], label: str) -> Optional[str]:
+    """The sentence for a step loop whose phases' ``python`` and ``compute`` the samples told apart (no operator
+    tasks: ``sampling["phase_split_cpu_s"]``) from fewer than :data:`FEW_SAMPLES` samples; None otherwise."""
+    period = (sampling or {}).get("period_s") or 0
+    in_steps = ((sampling or {}).get("phase_split_cpu_s") or {}).get(label)
+    if in_steps is None or not period or in_steps / period >= FEW_SAMPLES:
+        return None
+    worth = round(in_steps / period)
+    return (f"python and compute are told apart by the samples taken in these steps: about {worth} "
+            f"sample{'s' * (worth != 1)} ({duration(period)} of CPU each), too few to split them closely; a longer "
+            "run, or a higher --sample-rate, gives more")
+
+
 def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:
     """A sentence for each large part of the run outside collection."""
     if not split or not elapsed_s or elapsed_s <= 0:

@@ -19,7 +19,7 @@ from ...profile.instrumentation import Instrumentation
 from ..statistics.disturbed import DISTURBED
 from ..statistics.summary import BuiltinSummary, Hotspot, StepStats, TaskStats
 from ..samples.hotspots import elide_templates
-from .notes import notes
+from .notes import FEW_SAMPLES, notes, thin_phase_split
 from ..statistics.taskstats import OPERATOR_PREFIXES, TORCH_DOMAIN
 
 #: Rows of the PyTorch domain's table (``--verbose``), and operators shown without it.
@@ -30,9 +30,6 @@ _TOP_HOTSPOTS = 8
 _TOP_IN_TASK = 4
 #: Rows of "Your code" on the one screen: the lines a user can change.
 _TOP_LINES = 6
-#: Under this many samples' worth of CPU time in collection the hotspots are said to be thin: a share's standard
-#: error is then above 7 points (at 50 %: sqrt(0.25 / 50)), so close ranks are chance
-_FEW_SAMPLES = 50
 #: A function name longer than this is shortened on the terminal.
 _NAME_WIDTH = 60
 #: Width of a phase's bar at a share of 100 %.
@@ -167,13 +164,9 @@ def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = N
         grid.add_row(literal(name), duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
-    period = (sampling or {}).get("period_s") or 0
-    in_steps = ((sampling or {}).get("phase_split_cpu_s") or {}).get(step.label)
-    if in_steps is not None and period and in_steps / period < _FEW_SAMPLES:
-        worth = round(in_steps / period)
-        console.print(f"[yellow]note:[/yellow] python and compute are told apart by the samples taken in these "
-                      f"steps: about {worth} sample{'s' * (worth != 1)} ({duration(period)} of CPU each), too few to "
-                      "split them closely; a longer run, or a higher --sample-rate, gives more")
+    thin = thin_phase_split(sampling, step.label)
+    if thin:
+        console.print(f"[yellow]note:[/yellow] {thin}")
 
 
 def _render_evaluations(summary: BuiltinSummary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
@@ -340,7 +333,7 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
             f"({_rate(sampling)})", rows, "it"))
     collected = sampling.get("collected_cpu_s") or 0
     period = sampling.get("period_s") or 0
-    if rows and period and collected / period < _FEW_SAMPLES:
+    if rows and period and collected / period < FEW_SAMPLES:
         worth = max(round(collected / period), 1)
         console.print(f"[yellow]note:[/yellow] these hotspots stand on about {worth} sample{'s' * (worth != 1)} "
                       f"({duration(period)} of CPU each): too few to rank them closely; a longer run, or a higher "
