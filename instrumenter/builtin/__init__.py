@@ -127,14 +127,16 @@ class BuiltinBackend(Backend):
             # a loop of Python and numpy alone has no framework: its time stays Python
             frameworks = any(file.frameworks for file in instrumentation.files)
             python = sampled.info.get("python_cpu_s_in_steps", {}) if frameworks else {}
+            # the step loops whose phases the samples split: those with sampled Python and phases without
+            # operator tasks (``compute``)
+            split = {step.label for step in steps if step.label in python and step.phase_steps
+                     and "compute" in step.phases and "python" in step.phases}
             steps = [replace(step, phases=with_samples(step.phases, python[step.label] / step.phase_steps))
-                     if step.label in python and step.phase_steps else step for step in steps]
+                     if step.label in split else step for step in steps]
             info = dict(sampled.info, mechanism_why=record.sample_mechanism["why"]) if record.sample_mechanism \
                 else dict(sampled.info)
-            # the steps' sampled CPU where it split their phases' python from compute: the summary says when that
-            # is too few samples to split them closely
-            split = {step.label for step in steps if step.label in python and step.phase_steps
-                     and "compute" in step.phases and "python" in step.phases}  # as with_samples refines them
+            # the steps' sampled CPU where it split them: the summary says when that is too few samples to split
+            # them closely
             info["phase_split_cpu_s"] = {label: cpu for label, cpu in sampled.info.get("cpu_s_in_steps", {}).items()
                                          if label in split}
             samples = dict(sampling=info, hotspots=sampled.hotspots, hotspot_lines=sampled.lines,
