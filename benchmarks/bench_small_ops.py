@@ -24,13 +24,19 @@ this order, so drift on a noisy machine hits them alike:
 It prints each set-up's median step time and its ratio to ``python``'s (the
 median of each round's own ratio, and their range), then where the extra time
 of recording every operator goes, per step and per operator, from the
-differences of those medians.
-Usage: ``python benchmarks/bench_small_ops.py [--rounds 5] [--steps 1500]``.
+differences of those medians. ``--raw FILE`` also writes every round's step
+times (JSON: loop -> set-up -> seconds, one per round; rounds in order), and
+``--pool FILE...`` prints the tables of several such batches together: this
+VM's processes differ by several percent, and a median ratio of 1.05 is only
+told from 1.04 over many rounds.
+Usage: ``python benchmarks/bench_small_ops.py [--rounds 5] [--steps 1500] [--raw FILE]``,
+``python benchmarks/bench_small_ops.py --pool FILE...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -118,14 +124,12 @@ def setups() -> list:
             for ops in ("all", "off")]
     out += [("profile --sample-rate 0", "profile", ("--sample-rate", "0"), {})]  # the defaults' sampler's share
     # other rates: the slope of the step's time against the rate is what one sample costs it
-    out += [(f"profile --sample-rate {hz}", "profile", ("--sample-rate", str(hz)), {}) for hz in (1, 50, 200)]
+    out += [(f"profile --sample-rate {hz}", "profile", ("--sample-rate", str(hz)), {}) for hz in (1, 100, 200)]
     return out
 
 
 def operators_per_step(folder: Path) -> float:
     """PyTorch tasks per step in a ``--torch-ops all`` run's summary.json."""
-    import json
-
     summary = json.loads((folder / "summary.json").read_text())
     ops = sum(task["count"] for task in summary["tasks"] if task["domain"] == "PyTorch")
     return ops / sum(step["count"] for step in summary["steps"])
@@ -184,6 +188,42 @@ def run(folder: Path, script: str, kind: str, options: tuple, extra: dict, tag: 
     return float(out.read_text())
 
 
+def report(times: dict, ops: dict) -> None:
+    """Prints each loop's table from ``times`` (loop -> set-up -> step seconds, one per round, ``python``'s
+    among them) and, where every set-up ran and ``ops`` has the loop's operators a step, the breakdown."""
+    for name, by_setup in times.items():
+        python = by_setup["python"]
+        print(f"\n{name}: median step of {len(python)} interleaved rounds (ratio: the round's own / python's)")
+        print(f"{'set-up':<40}{'step µs':>10}{'ratio':>8}{'ratio range':>14}{'95 % of the median':>20}")
+        for setup, values in by_setup.items():
+            ratios = [v / p for v, p in zip(values, python)]
+            low, high = median_interval(ratios)
+            # three decimals: the targets (1.05x, 1.10x) are told apart from what lies next to them
+            print(f"{setup:<40}{statistics.median(values) * 1e6:>10.1f}{statistics.median(ratios):>8.3f}"
+                  f"{min(ratios):>8.2f}-{max(ratios):.2f}" + (f"{low:>14.3f}-{high:.3f}" if low else ""))
+        median = {setup: statistics.median(values) for setup, values in by_setup.items()}
+        if name not in ops or any(setup[0] not in median for setup in setups()):
+            continue  # the breakdown needs every set-up
+        print(f"\n{name}: {ops[name]:.0f} PyTorch operator tasks a step; the extra time of every operator recorded")
+        for part, per_step, per_op in breakdown(median, ops[name]):
+            print(f"  {part:<78}{per_step * 1e6:>8.1f} µs a step" + (f"{per_op * 1e9:>8.0f} ns an operator"
+                                                                      if per_op is not None else ""))
+
+
+def pooled(paths: list) -> dict:
+    """The rounds of several ``--raw`` files, together: per loop, the set-ups every file ran (a round's values
+    stay paired with its own ``python``)."""
+    batches = [json.loads(Path(path).read_text()) for path in paths]
+    out: dict = {}
+    for loop in {name for batch in batches for name in batch}:
+        having = [batch[loop] for batch in batches if loop in batch]
+        common = [setup for setup in having[0] if all(setup in batch for batch in having)]
+        # a batch stopped in a round has fewer values in its later set-ups: its rounds all set-ups finished
+        rounds = [min(len(batch[setup]) for setup in common) for batch in having]
+        out[loop] = {setup: [v for batch, n in zip(having, rounds) for v in batch[setup][:n]] for setup in common}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -191,7 +231,13 @@ def main() -> None:
     parser.add_argument("--only", choices=("small_ops", "conv"))
     parser.add_argument("--setups", help="only these set-ups (comma-separated names as printed; python always "
                                          "runs), for more rounds of the ones that matter in the same time")
+    parser.add_argument("--raw", type=Path, help="also write every round's step times here (JSON)")
+    parser.add_argument("--pool", nargs="+", metavar="RAW", help="run nothing: print the tables of these --raw "
+                                                               "files' rounds together")
     args = parser.parse_args()
+    if args.pool:
+        report(pooled(args.pool), {})
+        return
     scripts = {
         "small_ops": SMALL_OPS.format(steps=args.steps, warm=WARM),
         # from step 20: past the steps 2-11 that record their operators for the timeline (a run's start); as
@@ -208,7 +254,7 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown set-up(s) {sorted(unknown)}; choose from {[setup[0] for setup in chosen]}")
         chosen = [setup for setup in chosen if setup[0] in wanted]
-    times = {(name, setup[0]): [] for name in scripts for setup in chosen}
+    times = {name: {setup[0]: [] for setup in chosen} for name in scripts}  # loop -> set-up -> one per round
     ops = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -218,27 +264,13 @@ def main() -> None:
             for name in scripts:
                 for index, (setup, kind, options, extra) in enumerate(chosen):
                     tag = f"{name}_r{round_number}s{index}"
-                    times[(name, setup)].append(run(folder, f"{name}.py", kind, options, extra, tag))
+                    times[name][setup].append(run(folder, f"{name}.py", kind, options, extra, tag))
                     if setup == "profile --torch-ops all" and name not in ops:
                         ops[name] = operators_per_step(folder / f"results_{tag}")
             print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
-    for name in scripts:
-        print(f"\n{name}: median step of {args.rounds} interleaved rounds (ratio: the round's own / python's)")
-        print(f"{'set-up':<40}{'step µs':>10}{'ratio':>8}{'ratio range':>16}{'95 % of the median':>20}")
-        python = times[(name, "python")]
-        for setup, _, _, _ in chosen:
-            values = times[(name, setup)]
-            ratios = [v / p for v, p in zip(values, python)]
-            low, high = median_interval(ratios)
-            print(f"{setup:<40}{statistics.median(values) * 1e6:>10.1f}{statistics.median(ratios):>8.2f}"
-                  f"{min(ratios):>8.2f}-{max(ratios):.2f}" + (f"{low:>14.2f}-{high:.2f}" if low else ""))
-        median = {setup: statistics.median(times[(name, setup)]) for setup, _, _, _ in chosen}
-        if name not in ops or any(setup[0] not in median for setup in setups()):
-            continue  # the breakdown needs every set-up
-        print(f"\n{name}: {ops[name]:.0f} PyTorch operator tasks a step; the extra time of every operator recorded")
-        for part, per_step, per_op in breakdown(median, ops[name]):
-            print(f"  {part:<78}{per_step * 1e6:>8.1f} µs a step" + (f"{per_op * 1e9:>8.0f} ns an operator"
-                                                                      if per_op is not None else ""))
+            if args.raw:  # after every round: a batch stopped early keeps what it measured
+                args.raw.write_text(json.dumps(times, indent=1))
+    report(times, ops)
 
 
 if __name__ == "__main__":
