@@ -298,7 +298,7 @@ def test_a_pure_python_step_loop_shows_its_hot_function_at_its_line_on_this_pyth
 
 
 def test_hotspots_that_stand_on_few_samples_say_so(tmp_path):
-    # a quarter of a second of CPU: at 100 samples a second (timers, in a VM) about 25, under the 50 the summary
+    # a quarter of a second of CPU: at 50 samples a second (timers, in a VM) about 12, under the 50 the summary
     # calls thin; at perf's 1000 about 250, over it. Either way the note is there exactly when they are few.
     import json
 

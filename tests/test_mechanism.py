@@ -50,11 +50,11 @@ def test_the_measure_puts_the_signals_handler_back_and_leaves_nothing_pending():
 
 
 def test_an_interruption_dearer_than_the_threshold_chooses_timers_at_their_own_rate(monkeypatch):
-    # each timer signal costs a PyTorch step about 0.1 ms in a VM: 100 a second, not the tick's 250
+    # each timer sample costs a PyTorch step about 0.1 ms in a VM: 50 a second, not the tick's 250
     monkeypatch.setattr(mechanism, "perf_interrupt_ns", lambda: 29_000.0)
     chosen = mechanism.choose({})
-    assert chosen.mechanism == "timer" and "29 µs" in chosen.why and "100 a second" in chosen.why
-    assert chosen.environment() == {mechanism.VARIABLE: "timer", "AUTOITT_SAMPLE_HZ": "100"}
+    assert chosen.mechanism == "timer" and "29 µs" in chosen.why and "50 a second" in chosen.why
+    assert chosen.environment() == {mechanism.VARIABLE: "timer", "AUTOITT_SAMPLE_HZ": "50"}
 
 
 def test_a_rate_the_user_gave_is_kept_with_timers(monkeypatch):
@@ -65,7 +65,7 @@ def test_a_rate_the_user_gave_is_kept_with_timers(monkeypatch):
 
 
 def test_timers_the_user_chose_sample_at_their_own_rate_unless_told():
-    assert mechanism.choose({mechanism.VARIABLE: "timer"}).environment()["AUTOITT_SAMPLE_HZ"] == "100"
+    assert mechanism.choose({mechanism.VARIABLE: "timer"}).environment()["AUTOITT_SAMPLE_HZ"] == "50"
 
 
 def test_a_cheap_interruption_keeps_perf_at_the_collectors_rate(monkeypatch):
@@ -73,7 +73,7 @@ def test_a_cheap_interruption_keeps_perf_at_the_collectors_rate(monkeypatch):
     chosen = mechanism.choose({})
     # 1000 a second; should the run find perf refused (a container's seccomp), its timers at their own rate
     assert chosen.mechanism == "perf"
-    assert chosen.environment() == {mechanism.VARIABLE: "perf", "AUTOITT_SAMPLE_TIMER_HZ": "100"}
+    assert chosen.environment() == {mechanism.VARIABLE: "perf", "AUTOITT_SAMPLE_TIMER_HZ": "50"}
     assert mechanism.choose({}, rate_given=True).environment() == {mechanism.VARIABLE: "perf"}
 
 
@@ -113,8 +113,8 @@ def test_a_run_samples_with_the_mechanism_chosen_and_says_why(given, tmp_path):
     chosen = json.loads((tmp_path / "out" / "run.json").read_text())["sample_mechanism"]
     assert sampling["mechanism"] == chosen["mechanism"] == (given or mechanism.choose({}).mechanism)
     assert sampling["mechanism_why"] == chosen["why"] and sampling["samples"] > 0
-    # --sample-rate auto: 1000 a second with perf, 100 with timers
-    assert sampling["rate_hz"] == (100 if sampling["mechanism"] == "timer" else 1000), sampling
+    # --sample-rate auto: 1000 a second with perf, 50 with timers
+    assert sampling["rate_hz"] == (50 if sampling["mechanism"] == "timer" else 1000), sampling
 
 
 def test_a_rate_given_is_the_rate_sampled_whatever_the_mechanism(tmp_path):

@@ -119,7 +119,7 @@ THIN = "python and compute are told apart by the samples taken in these steps"
 
 @pytest.mark.slow
 def test_a_python_and_compute_split_that_stands_on_few_samples_says_so(tmp_path):
-    # 8 steps of a few ms of CPU each: a handful of samples at 100 a second (timers, in a VM), a few dozen at perf's
+    # 8 steps of a few ms of CPU each: a handful of samples at 50 a second (timers, in a VM), a few dozen at perf's
     # 1000; either way the note is there exactly when the steps' samples are under the 50 the summary calls thin
     (tmp_path / "train.py").write_text(DATA_BOUND)
     done = autoitt("profile", "--no-torch-ops", "-r", "out", "train.py", cwd=tmp_path)

@@ -422,7 +422,7 @@ def test_refused_perf_event_open_falls_back_to_cpu_timers_and_says_why(tmp_path)
 
 def test_timers_that_take_over_from_a_refused_perf_sample_at_the_timer_rate_given(tmp_path):
     # autoitt profile hands down AUTOITT_SAMPLE_TIMER_HZ (mechanism.choose) where the user gave no rate: perf at
-    # 1000 a second where it works, timers at 100 where a container refuses perf inside the run
+    # 1000 a second where it works, timers at theirs (given here as 100) where a container refuses perf inside the run
     sf, t0, t1, cpu, _ = refused_perf_run(tmp_path, 0.5, AUTOITT_SAMPLE_TIMER_HZ="100")
     assert sf.mechanism == "timer" and sf.rate_hz == 100 and sf.period_ns == 10_000_000
     during = (sf.ns >= t0) & (sf.ns <= t1)

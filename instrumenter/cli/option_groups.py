@@ -123,8 +123,8 @@ sample_rate_option = click.option(
     "--sample-rate", metavar="HZ", default="auto", show_default=True, callback=checked(sample_rate),
     help="CPU-time samples per second of each thread, for the hotspots (functions, Python lines and native "
          f"symbols, per task); 0 or off: no sampling. auto: {DEFAULT_SAMPLE_HZ} where perf samples, "
-         f"{DEFAULT_TIMER_SAMPLE_HZ} with CPU-time timers (in a VM, where each of their signals costs a PyTorch step "
-         "about 0.1 ms; VTune's user-mode sampling default too). Built-in backend (with VTune, VTune samples).")
+         f"{DEFAULT_TIMER_SAMPLE_HZ} with CPU-time timers (in a VM, where each sample costs a PyTorch step about "
+         "0.1 ms; a minute of a busy thread still gets thousands). Built-in backend (with VTune, VTune samples).")
 
 
 def _per_line(values: Sequence[str], metavar: str, example: str,

@@ -78,9 +78,9 @@ typedef struct sthread {
 static unsigned long s_hz = S_DEFAULT_HZ;
 static uint64_t s_period_ns;
 /* AUTOITT_SAMPLE_TIMER_HZ: the rate to sample at if perf is refused and timers take over (autoitt profile sets it
-   where the user gave no rate: a sample taken on a timer's signal costs a PyTorch step 0.07-0.14 ms in a VM, so
-   timers sample slower than perf, formats.SAMPLE_HZ_TIMER and instrumenter/collector/mechanism.py); 0: the same
-   rate as perf's */
+   where the user gave no rate, 50: a sample taken on a timer's signal costs a PyTorch step 0.07-0.14 ms in a VM,
+   so timers sample slower than perf, formats.SAMPLE_HZ_TIMER and instrumenter/collector/mechanism.py); 0: the
+   same rate as perf's */
 static unsigned long s_timer_hz;
 static int s_signal_wanted;        /* AUTOITT_SAMPLE_SIGNAL */
 static int s_force;                /* AUTOITT_SAMPLE_MECHANISM */
