@@ -194,9 +194,10 @@ SAMPLE_HZ_MAX = 10000
 #: The rate ``autoitt profile`` gives the collector where it samples with CPU-time timers and the user chose
 #: none (instrumenter/collector/mechanism.py): a sample (its signal, the handler's walk of the stacks and the
 #: caches the step refills after it) costs a PyTorch step 0.07-0.14 ms in a VM (benchmarks/README.md,
-#: bench_step_parts.py): measured inside one process on the conv sample's 0.45 ms step, 9.8 µs a step (2.2 %)
-#: at the tick's 250 a second, 5.5-6.7 µs (1.2-1.4 %) at 100, 2.3-4.0 µs (0.5-0.8 %) at 50. 20 ms of CPU a
-#: sample is twice VTune's user-mode sampling interval; a minute of a busy thread still gets 3,000 samples.
+#: bench_step_parts.py). Measured inside one process on the conv sample's 0.45 ms step: 9.8 µs a step (2.2 %)
+#: at the tick's 250 a second, 3.2-6.7 µs (median 5.5, 1.1 %) at 100, 2.3-4.0 µs (median 3.8, 0.8 %) at 50.
+#: 20 ms of CPU a sample is twice VTune's user-mode sampling interval; a minute of a busy thread still gets
+#: 3,000 samples.
 SAMPLE_HZ_TIMER = 50
 
 # --------------------------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ Timers ride on the scheduler tick (at most 250 samples a second here, each
 weighted by the periods it stands for); a sample costs too (its signal and the
 handler's walk of the stacks: 0.07-0.14 ms of a PyTorch step in this VM), so where
 the user gave no rate they sample at :data:`~instrumenter.collector.formats.SAMPLE_HZ_TIMER`
-(50) a second: 0.5-0.8 % of a 0.45 ms conv step, where 100 cost 1.2-1.4 % and 250
-2.2 % (benchmarks/README.md, ``bench_step_parts.py``).
+(50) a second: about 0.8 % of a 0.45 ms conv step, where 100 cost about 1.1 % and
+250 2.2 % (benchmarks/README.md, ``bench_step_parts.py``).
 
 :func:`choose` measures once per ``autoitt profile``, in autoitt's own process
 (``_interrupt_cost``, C, bound with ctypes: about 50 ms), and the run gets
