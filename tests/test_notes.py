@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from instrumenter.builtin.output.notes import notes
+from instrumenter.builtin.output.notes import FEW_SAMPLES, notes, thin_phase_split
 from instrumenter.profile.instrumentation import FileRecord, Instrumentation
 from instrumenter.builtin.statistics.summary import BuiltinSummary, StepStats, TaskStats
 from tests.test_profile import autoitt
@@ -109,6 +109,26 @@ def test_the_machines_other_work_is_its_busy_time_less_the_runs_and_autoitts():
 def test_tensorflow_with_onednn_tasks_needs_no_hint():
     tasks = [task("step"), task("inner_product", domain="dnnl::primitive::execute")]
     assert notes(summary(tasks=tasks), instrumentation(frameworks=("tensorflow",))) == []
+
+
+def split_sampling(samples_in_steps, period_s=0.02):
+    return {"period_s": period_s, "phase_split_cpu_s": {"step": samples_in_steps * period_s}}
+
+
+def test_a_python_and_compute_split_on_few_samples_says_how_many():
+    said = thin_phase_split(split_sampling(3), "step")
+    assert "about 3 samples (20.00 ms of CPU each), too few to split them closely" in said
+
+
+def test_a_python_and_compute_split_on_enough_samples_needs_no_note():
+    assert thin_phase_split(split_sampling(FEW_SAMPLES), "step") is None
+    assert thin_phase_split(split_sampling(3), "other loop") is None  # a loop the samples did not split
+
+
+def test_a_split_with_no_sample_in_its_steps_says_nothing_told_them_apart():
+    # a short fit of millisecond steps at 50 samples a second: python's sampled time is 0 of 0
+    said = thin_phase_split(split_sampling(0), "step")
+    assert said.startswith("no sample was taken in these steps") and "about 0" not in said
 
 
 SHAPES_CHANGE = """

@@ -125,10 +125,12 @@ def test_a_python_and_compute_split_that_stands_on_few_samples_says_so(tmp_path)
     done = autoitt("profile", "--no-torch-ops", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     sampling = json.loads((tmp_path / "out" / "summary.json").read_text())["sampling"]
-    worth = sampling["phase_split_cpu_s"]["step"] / sampling["period_s"]
+    worth = round(sampling["phase_split_cpu_s"]["step"] / sampling["period_s"])
+    # none at all is said otherwise (tests/test_notes.py)
+    note = (THIN + ": about") if worth else "no sample was taken in these steps"
     shown = " ".join(done.stdout.split())
-    assert (THIN in shown and "too few to split them closely" in shown) == (worth < 50), (worth, shown)
-    assert (THIN in (tmp_path / "out" / "report.html").read_text()) == (worth < 50)  # the report's phases too
+    assert (note in shown) == (worth < 50), (worth, shown)
+    assert (note in (tmp_path / "out" / "report.html").read_text()) == (worth < 50)  # the report's phases too
 
 
 @pytest.mark.slow

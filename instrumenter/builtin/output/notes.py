@@ -44,12 +44,16 @@ FEW_SAMPLES = 50
 
 def thin_phase_split(sampling: Optional[dict], label: str) -> Optional[str]:
     """The sentence for a step loop whose phases' ``python`` and ``compute`` the samples told apart (no operator
-    tasks: ``sampling["phase_split_cpu_s"]``) from fewer than :data:`FEW_SAMPLES` samples; None otherwise."""
+    tasks: ``sampling["phase_split_cpu_s"]``) from fewer than :data:`FEW_SAMPLES` samples; None otherwise. With
+    none in its steps (a short fit of millisecond steps), nothing told them apart: it says so."""
     period = (sampling or {}).get("period_s") or 0
     in_steps = ((sampling or {}).get("phase_split_cpu_s") or {}).get(label)
     if in_steps is None or not period or in_steps / period >= FEW_SAMPLES:
         return None
     worth = round(in_steps / period)
+    if worth == 0:  # python's sampled time is 0 of 0: the phases show all of it as compute
+        return ("no sample was taken in these steps, so python and compute are not told apart (their time shows "
+                "as compute); a longer run, or a higher --sample-rate, gives samples")
     return (f"python and compute are told apart by the samples taken in these steps: about {worth} "
             f"sample{'s' * (worth != 1)} ({duration(period)} of CPU each), too few to split them closely; a longer "
             "run, or a higher --sample-rate, gives more")
