@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from instrumenter.builtin.output.notes import FEW_SAMPLES, notes, thin_phase_split
+from instrumenter.builtin.output.notes import FEW_SAMPLES, notes, thin_hotspots, thin_phase_split
 from instrumenter.profile.instrumentation import FileRecord, Instrumentation
 from instrumenter.builtin.statistics.summary import BuiltinSummary, StepStats, TaskStats
 from tests.test_profile import autoitt
@@ -123,6 +123,13 @@ def test_a_python_and_compute_split_on_few_samples_says_how_many():
 def test_a_python_and_compute_split_on_enough_samples_needs_no_note():
     assert thin_phase_split(split_sampling(FEW_SAMPLES), "step") is None
     assert thin_phase_split(split_sampling(3), "other loop") is None  # a loop the samples did not split
+
+
+def test_hotspots_on_few_samples_say_how_many_and_never_fewer_than_one():
+    assert "stand on about 3 samples (20.00 ms of CPU each): too few" in thin_hotspots(
+        {"period_s": 0.02, "collected_cpu_s": 0.06})
+    assert "about 1 sample (20.00 ms" in thin_hotspots({"period_s": 0.02, "collected_cpu_s": 0.004})
+    assert thin_hotspots({"period_s": 0.02, "collected_cpu_s": FEW_SAMPLES * 0.02}) is None
 
 
 def test_a_split_with_no_sample_in_its_steps_says_nothing_told_them_apart():

@@ -38,8 +38,24 @@ def contention_note(machine: Optional[dict], steps) -> List[str]:
 
 
 #: Under this many samples' worth of CPU time a sampled share is said to be thin: its standard error is then above 7
-#: points (at 50 %: sqrt(0.25 / 50)), so close shares are chance. The hotspots' and the phases' notes use it.
+#: points (at 50 %: sqrt(0.25 / 50)), so close shares are chance (:func:`thin_hotspots`, :func:`thin_phase_split`).
 FEW_SAMPLES = 50
+
+
+def _samples(worth: int, period_s: float) -> str:
+    """How many samples a thin figure stands on, and what each stands for."""
+    return f"about {worth} sample{'s' * (worth != 1)} ({duration(period_s)} of CPU each)"
+
+
+def thin_hotspots(sampling: Optional[dict]) -> Optional[str]:
+    """The sentence for hotspots drawn from fewer than :data:`FEW_SAMPLES` samples' worth of the CPU time sampled
+    in collection (``sampling["collected_cpu_s"]``); None otherwise."""
+    period = (sampling or {}).get("period_s") or 0
+    collected = (sampling or {}).get("collected_cpu_s") or 0
+    if not period or collected / period >= FEW_SAMPLES:
+        return None
+    return (f"these hotspots stand on {_samples(max(round(collected / period), 1), period)}: too few to rank them "
+            "closely; a longer run, or a higher --sample-rate, gives more")
 
 
 def thin_phase_split(sampling: Optional[dict], label: str) -> Optional[str]:
@@ -54,9 +70,8 @@ def thin_phase_split(sampling: Optional[dict], label: str) -> Optional[str]:
     if worth == 0:  # python's sampled time is 0 of 0: the phases show all of it as compute
         return ("no sample was taken in these steps, so python and compute are not told apart (their time shows "
                 "as compute); a longer run, or a higher --sample-rate, gives samples")
-    return (f"python and compute are told apart by the samples taken in these steps: about {worth} "
-            f"sample{'s' * (worth != 1)} ({duration(period)} of CPU each), too few to split them closely; a longer "
-            "run, or a higher --sample-rate, gives more")
+    return (f"python and compute are told apart by the samples taken in these steps: {_samples(worth, period)}, too "
+            "few to split them closely; a longer run, or a higher --sample-rate, gives more")
 
 
 def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:

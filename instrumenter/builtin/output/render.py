@@ -19,7 +19,7 @@ from ...profile.instrumentation import Instrumentation
 from ..statistics.disturbed import DISTURBED
 from ..statistics.summary import BuiltinSummary, Hotspot, StepStats, TaskStats
 from ..samples.hotspots import elide_templates
-from .notes import FEW_SAMPLES, notes, thin_phase_split
+from .notes import notes, thin_hotspots, thin_phase_split
 from ..statistics.taskstats import OPERATOR_PREFIXES, TORCH_DOMAIN
 
 #: Rows of the PyTorch domain's table (``--verbose``), and operators shown without it.
@@ -331,13 +331,10 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
         console.print(_hotspot_table(
             f"Top hotspots: {duration(sampling.get('collected_cpu_s', 0))} of CPU time sampled during collection "
             f"({_rate(sampling)})", rows, "it"))
+    thin = thin_hotspots(sampling)
+    if rows and thin:
+        console.print(f"[yellow]note:[/yellow] {thin}")
     collected = sampling.get("collected_cpu_s") or 0
-    period = sampling.get("period_s") or 0
-    if rows and period and collected / period < FEW_SAMPLES:
-        worth = max(round(collected / period), 1)
-        console.print(f"[yellow]note:[/yellow] these hotspots stand on about {worth} sample{'s' * (worth != 1)} "
-                      f"({duration(period)} of CPU each): too few to rank them closely; a longer run, or a higher "
-                      "--sample-rate, gives more")
     cost = sampling.get("profiling_cpu_s") or 0
     if collected and cost >= 0.005 * collected:
         console.print(f"  profiling's own cost: {duration(cost)} of that CPU time ({cost / collected:.1%}): autoitt's "
