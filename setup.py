@@ -90,6 +90,7 @@ setup(
             "instrumenter.runtime._markers",
             sources=["instrumenter/runtime/markers.c"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
+            libraries=["dl"],  # dlopen/dlsym: ITT's pointers in ittapi's extension (markers.c, the direct path)
         ),
     ],
 )

@@ -18,15 +18,75 @@
  *     rule's moduli (toggle.fast_reject's four ints: every, until, later, ranges_end).
  *   task_end(domain): with a toggle where some thread is inside a recorded iteration, toggle.end(); then
  *     native.task_end(domain).
- *   native's functions are looked up on it at every call, so that a test (or a profiler) may wrap them. An
- *   error from native's functions is raised as they raise it (as ittapi.compat's own markers would), marked as
- *   the markers' (the attribute `_autoitt_marker`, which the launcher reads to say the error is autoitt's:
- *   no frame of autoitt's is in its traceback to tell); the toggle's own errors are swallowed (it swallows its
- *   own too: a marker that fails must not change what the program does).
+ *   native's functions are looked up on it at every call, so that a test (or a profiler) may wrap them. Where
+ *   they are still ittapi's own and the arguments are exactly its Domain and StringHandle, the markers call
+ *   ITT's function pointers themselves (the direct path, below): what native's functions would do, without
+ *   their argument parsing. An error from native's functions is raised as they raise it (as ittapi.compat's
+ *   own markers would), marked as the markers' (the attribute `_autoitt_marker`, which the launcher reads to
+ *   say the error is autoitt's: no frame of autoitt's is in its traceback to tell); the toggle's own errors are
+ *   swallowed (it swallows its own too: a marker that fails must not change what the program does).
+ *   direct: whether the direct path was found (read-only; where it was not, every call takes native's
+ *   functions).
+ *
+ * The direct path. ittapi.native's task_begin is a METH_VARARGS function: a tuple, PyArg_ParseTuple, two type
+ * checks, then __itt_task_begin(domain->handle, __itt_null, __itt_null, handle->handle) (ittapi's task.cpp).
+ * Between two steps of a framework, out of the CPU's caches, the pair of calls costs a conv step about 2 µs
+ * more than the ITT calls themselves (benchmarks/README.md, "The markers' direct path"). ITT's static part in
+ * ittapi's extension exports the pointers those macros call through (__itt_task_begin_ptr__3_0, ...: data
+ * symbols), so the markers read the same pointers and call them as ittnotify.h's macros do: no call where the
+ * domain is NULL or disabled (its flags 0) or the pointer is NULL (no collector). The pointers are read at every
+ * call, never kept: ITT sets them at its initialisation (to a collector's functions, or to NULL).
+ *   Taken only where everything is as ittapi lays it out, else native's functions are called:
+ *   - found once, at construction: `native` is a module whose shared object (dlopen RTLD_NOLOAD: the one loaded)
+ *     exports both pointers; its task_begin and task_end are its own builtins; its Domain and StringHandle are
+ *     types of exactly the size of ittapi's structs (domain.hpp, string_handle.hpp: the object's head, a
+ *     PyObject*, then the ITT pointer; unchanged since ittapi's Python binding
+ *     was written) and cannot be subclassed.
+ *   - checked at every call: the module's task_begin (task_end) is still that builtin (a dict lookup: a wrapper
+ *     installed since is called), and the arguments' types are exactly Domain and StringHandle (anything else
+ *     goes to native's function, which raises as it raises).
+ *   The library handle is kept for the life of the object, so the pointers' addresses stay mapped.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+
+/* ITT's ABI as ittnotify.h has it (x86-64 and aarch64 Linux: the default calling convention). */
+typedef struct {
+    unsigned long long d1, d2, d3;
+} itt_id;
+typedef struct {
+    volatile int flags; /* __itt_domain's first field: non-zero where the domain is enabled */
+} itt_domain_head;
+typedef void (*itt_task_begin_fn)(const itt_domain_head *, itt_id, itt_id, void *);
+typedef void (*itt_task_end_fn)(const itt_domain_head *);
+
+/* ittapi.native's objects (ittapi's domain.hpp and string_handle.hpp) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    itt_domain_head *handle;
+} NativeDomain;
+typedef struct {
+    PyObject_HEAD
+    PyObject *str;
+    void *handle;
+} NativeStringHandle;
+
+/* The direct path's facts, found once by find_direct(); begin == NULL: no direct path. */
+typedef struct {
+    itt_task_begin_fn *begin;  /* ittapi's __itt_task_begin_ptr__3_0: read at every call */
+    itt_task_end_fn *end;
+    void *library;             /* dlopen's handle on ittapi's extension, kept so the pointers stay mapped */
+    PyObject *dict;            /* the module's dict */
+    PyObject *native_begin;    /* the module's own task_begin and task_end builtins */
+    PyObject *native_end;
+    PyTypeObject *domain_type; /* ittapi.native.Domain, StringHandle */
+    PyTypeObject *handle_type;
+} Direct;
 
 typedef struct {
     PyObject_HEAD
@@ -35,10 +95,88 @@ typedef struct {
     PyObject *toggle;  /* OperatorToggle or NULL */
     /* the toggle's rule moduli, read once (its policy is frozen) */
     long every, until, later, ranges_end;
+    Direct direct;
 } Markers;
 
 static PyObject *s_task_begin, *s_task_end, *s_string_handle, *s_counters, *s_entered_threads, *s_begin_numbered,
-    *s_end;
+    *s_end, *s_domain;
+
+/* Whether the module's `attribute` is still `original` (no wrapper installed since construction). */
+static int still_native(const Direct *direct, PyObject *attribute, PyObject *original)
+{
+    PyObject *now = PyDict_GetItemWithError(direct->dict, attribute); /* borrowed */
+    if (now == NULL)
+        PyErr_Clear(); /* the call through the module raises what it raises */
+    return now == original;
+}
+
+/* The type `name` of the module's dict, where it is exactly `size` bytes, of no items, and final; else NULL. */
+static PyTypeObject *native_type(PyObject *dict, PyObject *name, Py_ssize_t size)
+{
+    PyObject *type = PyDict_GetItemWithError(dict, name); /* borrowed */
+    if (type == NULL || !PyType_CheckExact(type))
+        return NULL;
+    PyTypeObject *t = (PyTypeObject *)type;
+    if (t->tp_basicsize != size || t->tp_itemsize != 0 || PyType_HasFeature(t, Py_TPFLAGS_BASETYPE))
+        return NULL;
+    return (PyTypeObject *)Py_NewRef(type);
+}
+
+/* The module's builtin `name` where it is its own (a C function bound to the module, of that name); else NULL. */
+static PyObject *native_function(PyObject *module, PyObject *dict, PyObject *name)
+{
+    PyObject *function = PyDict_GetItemWithError(dict, name); /* borrowed */
+    if (function == NULL || !PyCFunction_Check(function) || PyCFunction_GET_SELF(function) != module)
+        return NULL;
+    const char *called = ((PyCFunctionObject *)function)->m_ml->ml_name;
+    if (called == NULL || strcmp(called, PyUnicode_AsUTF8(name)) != 0)
+        return NULL;
+    return Py_NewRef(function);
+}
+
+static void forget_direct(Direct *direct)
+{
+    Py_CLEAR(direct->dict);
+    Py_CLEAR(direct->native_begin);
+    Py_CLEAR(direct->native_end);
+    Py_CLEAR(direct->domain_type);
+    Py_CLEAR(direct->handle_type);
+    if (direct->library != NULL)
+        dlclose(direct->library);
+    memset(direct, 0, sizeof *direct);
+}
+
+/* Finds the direct path on `module` (ittapi.native), or leaves `direct` empty: never an error. */
+static void find_direct(Direct *direct, PyObject *module)
+{
+    memset(direct, 0, sizeof *direct);
+    if (!PyModule_Check(module))
+        return;
+    PyObject *file = PyModule_GetFilenameObject(module), *path = NULL;
+    if (file == NULL || !PyUnicode_FSConverter(file, &path)) {
+        Py_XDECREF(file);
+        PyErr_Clear();
+        return;
+    }
+    Py_DECREF(file);
+    /* RTLD_NOLOAD: the library already loaded as this module, or nothing (a module not from a shared object) */
+    direct->library = dlopen(PyBytes_AS_STRING(path), RTLD_NOW | RTLD_NOLOAD);
+    Py_DECREF(path);
+    if (direct->library == NULL)
+        return;
+    direct->begin = (itt_task_begin_fn *)dlsym(direct->library, "__itt_task_begin_ptr__3_0");
+    direct->end = (itt_task_end_fn *)dlsym(direct->library, "__itt_task_end_ptr__3_0");
+    direct->dict = Py_NewRef(PyModule_GetDict(module));
+    direct->native_begin = native_function(module, direct->dict, s_task_begin);
+    direct->native_end = native_function(module, direct->dict, s_task_end);
+    direct->domain_type = native_type(direct->dict, s_domain, sizeof(NativeDomain));
+    direct->handle_type = native_type(direct->dict, s_string_handle, sizeof(NativeStringHandle));
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    if (direct->begin == NULL || direct->end == NULL || direct->native_begin == NULL || direct->native_end == NULL
+        || direct->domain_type == NULL || direct->handle_type == NULL)
+        forget_direct(direct);
+}
 
 /* Calls the toggle's `method` (args[0] is the toggle), swallowing its error: no error is left set. */
 static void toggle_call(PyObject *method, PyObject *const *args, size_t nargs)
@@ -132,13 +270,25 @@ static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssi
         if (handle == NULL)
             return fault();
     }
-    Py_INCREF(handle); /* the dict may be changed by the call below */
-    PyObject *call[3] = {self->native, domain, handle};
-    PyObject *result = PyObject_VectorcallMethod(s_task_begin, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(handle);
-    if (result == NULL)
-        return fault();
-    Py_DECREF(result);
+    const Direct *direct = &self->direct;
+    if (direct->begin != NULL && Py_TYPE(domain) == direct->domain_type && Py_TYPE(handle) == direct->handle_type
+        && still_native(direct, s_task_begin, direct->native_begin)) {
+        /* ittapi's task_begin(domain, handle), as its __itt_task_begin macro calls (ittnotify.h) */
+        itt_domain_head *d = ((NativeDomain *)domain)->handle;
+        itt_task_begin_fn begin = *direct->begin;
+        if (d != NULL && d->flags && begin != NULL) {
+            const itt_id null = {0, 0, 0};
+            begin(d, null, null, ((NativeStringHandle *)handle)->handle);
+        }
+    } else {
+        Py_INCREF(handle); /* the dict may be changed by the call below */
+        PyObject *call[3] = {self->native, domain, handle};
+        PyObject *result = PyObject_VectorcallMethod(s_task_begin, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(handle);
+        if (result == NULL)
+            return fault();
+        Py_DECREF(result);
+    }
     if (self->toggle == NULL)
         Py_RETURN_NONE;
     /* after the task began: the operators are the iteration's children */
@@ -170,6 +320,16 @@ static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize
         PyObject *targs[1] = {self->toggle};
         toggle_call(s_end, targs, 1);
     }
+    const Direct *direct = &self->direct;
+    if (direct->end != NULL && Py_TYPE(args[0]) == direct->domain_type
+        && still_native(direct, s_task_end, direct->native_end)) {
+        /* ittapi's task_end(domain), as its __itt_task_end macro calls */
+        itt_domain_head *d = ((NativeDomain *)args[0])->handle;
+        itt_task_end_fn end = *direct->end;
+        if (d != NULL && d->flags && end != NULL)
+            end(d);
+        Py_RETURN_NONE;
+    }
     PyObject *call[2] = {self->native, args[0]};
     PyObject *result = PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     return result != NULL ? result : fault();
@@ -196,6 +356,7 @@ static PyObject *markers_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     self->native = Py_NewRef(native);
     self->handles = Py_NewRef(handles);
+    find_direct(&self->direct, native);
     if (toggle != Py_None) {
         self->toggle = Py_NewRef(toggle);
         PyObject *moduli = PyObject_GetAttrString(toggle, "fast_reject");
@@ -220,6 +381,11 @@ static int markers_traverse(Markers *self, visitproc visit, void *arg)
     Py_VISIT(self->native);
     Py_VISIT(self->handles);
     Py_VISIT(self->toggle);
+    Py_VISIT(self->direct.dict);
+    Py_VISIT(self->direct.native_begin);
+    Py_VISIT(self->direct.native_end);
+    Py_VISIT(self->direct.domain_type);
+    Py_VISIT(self->direct.handle_type);
     return 0;
 }
 
@@ -228,6 +394,7 @@ static int markers_clear(Markers *self)
     Py_CLEAR(self->native);
     Py_CLEAR(self->handles);
     Py_CLEAR(self->toggle);
+    forget_direct(&self->direct);
     return 0;
 }
 
@@ -246,6 +413,18 @@ static PyMethodDef markers_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *markers_direct(Markers *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->direct.begin != NULL);
+}
+
+static PyGetSetDef markers_getset[] = {
+    {"direct", (getter)markers_direct, NULL,
+     "Whether the markers call ITT's pointers themselves where ittapi's functions are unwrapped (markers.c).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject MarkersType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumenter.runtime._markers.Markers",
@@ -257,6 +436,7 @@ static PyTypeObject MarkersType = {
     .tp_clear = (inquiry)markers_clear,
     .tp_dealloc = (destructor)markers_dealloc,
     .tp_methods = markers_methods,
+    .tp_getset = markers_getset,
 };
 
 static struct PyModuleDef module = {
@@ -271,7 +451,7 @@ PyMODINIT_FUNC PyInit__markers(void)
     struct { PyObject **slot; const char *text; } names[] = {
         {&s_task_begin, "task_begin"}, {&s_task_end, "task_end"}, {&s_string_handle, "StringHandle"},
         {&s_counters, "_counters"}, {&s_entered_threads, "entered_threads"}, {&s_begin_numbered, "begin_numbered"},
-        {&s_end, "end"},
+        {&s_end, "end"}, {&s_domain, "Domain"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
