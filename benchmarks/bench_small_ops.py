@@ -19,7 +19,10 @@ this order, so drift on a noisy machine hits them alike:
 * ``profile --torch-ops X`` for each value; the default and ``off`` with the
   sampler's perf mechanism forced (``AUTOITT_SAMPLE_MECHANISM=perf``: what
   runs where an interruption is cheap, and what ran here before it was
-  measured); ``all``/``off`` with ``--sample-rate 0``.
+  measured); ``all``/``off`` with ``--sample-rate 0``;
+* ``profile @ TREE``: with ``--against TREE``, ``autoitt profile`` from another
+  checkout (an earlier commit's ``git worktree``, built in place), so that a
+  change is measured against what it changes in the same rounds.
 
 It prints each set-up's median step time and its ratio to ``python``'s (the
 median of each round's own ratio, and their range), then where the extra time
@@ -29,7 +32,8 @@ times (JSON: loop -> set-up -> seconds, one per round; rounds in order), and
 ``--pool FILE...`` prints the tables of several such batches together: this
 VM's processes differ by several percent, and a median ratio of 1.05 is only
 told from 1.04 over many rounds.
-Usage: ``python benchmarks/bench_small_ops.py [--rounds 5] [--steps 1500] [--raw FILE]``,
+Usage: ``python benchmarks/bench_small_ops.py [--rounds 5] [--steps 1500] [--only conv] [--setups A,B]
+[--against TREE] [--raw FILE]``,
 ``python benchmarks/bench_small_ops.py --pool FILE...``.
 """
 
@@ -111,8 +115,9 @@ TORCH_OPS = ("all", "sampled", "off")
 PERF = {"AUTOITT_SAMPLE_MECHANISM": "perf"}
 
 
-def setups() -> list:
-    """(name, kind, options, environment): ``kind`` is ``python``, ``copy`` or ``profile``."""
+def setups(against: tuple = ()) -> list:
+    """(name, kind, options, environment): ``kind`` is ``python``, ``copy`` or ``profile``; ``against``: other
+    checkouts of autoitt (built in place) whose ``autoitt profile`` defaults run too, as ``profile @ TREE``."""
     out = [("python", "python", (), {})]
     out += [(f"copy --torch-ops {ops}", "copy", ("--torch-ops", ops), {}) for ops in TORCH_OPS]
     out += [("profile", "profile", (), {})]
@@ -125,6 +130,8 @@ def setups() -> list:
     out += [("profile --sample-rate 0", "profile", ("--sample-rate", "0"), {})]  # the defaults' sampler's share
     # other rates: the slope of the step's time against the rate is what one sample costs it
     out += [(f"profile --sample-rate {hz}", "profile", ("--sample-rate", str(hz)), {}) for hz in (1, 100, 200)]
+    # another tree's autoitt first on the path: the launcher, its runtime package and its collector are that tree's
+    out += [(f"profile @ {tree}", "profile", (), {"PYTHONPATH": str(tree)}) for tree in against]
     return out
 
 
@@ -202,7 +209,7 @@ def report(times: dict, ops: dict) -> None:
             print(f"{setup:<40}{statistics.median(values) * 1e6:>10.1f}{statistics.median(ratios):>8.3f}"
                   f"{min(ratios):>8.2f}-{max(ratios):.2f}" + (f"{low:>14.3f}-{high:.3f}" if low else ""))
         median = {setup: statistics.median(values) for setup, values in by_setup.items()}
-        if name not in ops or any(setup[0] not in median for setup in setups()):
+        if name not in ops or any(setup[0] not in median for setup in setups()):  # (not the --against ones)
             continue  # the breakdown needs every set-up
         print(f"\n{name}: {ops[name]:.0f} PyTorch operator tasks a step; the extra time of every operator recorded")
         for part, per_step, per_op in breakdown(median, ops[name]):
@@ -231,6 +238,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("small_ops", "conv"))
     parser.add_argument("--setups", help="only these set-ups (comma-separated names as printed; python always "
                                          "runs), for more rounds of the ones that matter in the same time")
+    parser.add_argument("--against", type=Path, nargs="+", default=[], metavar="TREE",
+                        help="also run `autoitt profile` from these checkouts (built in place, e.g. a `git worktree` of "
+                             "an earlier commit), interleaved: set-up `profile @ TREE`, always run")
     parser.add_argument("--raw", type=Path, help="also write every round's step times here (JSON)")
     parser.add_argument("--pool", nargs="+", metavar="RAW", help="run nothing: print the tables of these --raw "
                                                                "files' rounds together")
@@ -247,9 +257,13 @@ def main() -> None:
     }
     if args.only:
         scripts = {args.only: scripts[args.only]}
-    chosen = setups()
+    against = tuple(tree.resolve() for tree in args.against)
+    for tree in against:
+        if not (tree / "instrumenter" / "__main__.py").is_file():
+            parser.error(f"--against {tree}: not a checkout of autoitt")
+    chosen = setups(against)
     if args.setups:
-        wanted = {"python", *(name.strip() for name in args.setups.split(","))}
+        wanted = {"python", *(name.strip() for name in args.setups.split(",")), *(f"profile @ {t}" for t in against)}
         unknown = wanted - {setup[0] for setup in chosen}
         if unknown:
             parser.error(f"unknown set-up(s) {sorted(unknown)}; choose from {[setup[0] for setup in chosen]}")

@@ -3,7 +3,7 @@
 Separate processes of one script differ by several percent on this VM (``autoitt compare``'s noise
 measurement: a coefficient of variation of 8.5 %), more than the parts being measured. So this runs one
 process per loop with the collector attached (``INTEL_LIBITTNOTIFY64``, sampling off), one with it
-sampling as ``autoitt profile`` does here (CPU-time timers at 100 a second, or ``--sample-hz``), and, for
+sampling as ``autoitt profile`` does here (CPU-time timers at ``formats.SAMPLE_HZ_TIMER``, 50 a second, or ``--sample-hz``), and, for
 scale, one without it (the ITT calls are no-ops), and inside each alternates blocks of steps, each block
 one way of marking the step:
 
@@ -28,7 +28,7 @@ Loops: ``conv`` (samples/torch_train.py's ConvNet and data, a step of about 0.45
 12-layer MLP of width 64 at batch 8 with Adam, about 1.3 ms), one thread each.
 
 Usage: ``python benchmarks/bench_step_parts.py [--rounds 15] [--block 200] [--only conv|small_ops]
-[--every 20,50] [--sample-hz 100]``.
+[--every 20,50] [--sample-hz 50]``.
 """
 
 from __future__ import annotations
