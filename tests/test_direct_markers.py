@@ -1,8 +1,7 @@
 """The copies' markers (instrumenter/runtime/markers.c) call ITT's pointers themselves only where ittapi's own
 functions would have been called with ittapi's own objects: a wrapper on ``ittapi.native`` is always called, and
-anything ittapi would refuse still reaches ittapi to be refused. The real ``ittapi.native``, no collector (its
-ITT calls do nothing); that the collector receives every task through the direct path is what every
-``autoitt profile`` test counting steps checks."""
+anything ittapi would refuse still reaches ittapi to be refused. The real ``ittapi.native``: in this process with
+no collector (its ITT calls do nothing), and in a subprocess with the built-in collector attached."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import ittapi.native
 import pytest
 
 from instrumenter.runtime.extensions import load
+from tests.test_collector import only_trace, run_target, tasks
 
 
 def markers(native=ittapi.native):
@@ -44,6 +44,26 @@ def test_the_markers_find_the_direct_path_in_the_installed_ittapi():
     # ittapi's layout (domain.hpp, string_handle.hpp) and its exported ITT pointers: found, or every step pays
     # ittapi's argument parsing again
     assert markers().direct is True
+
+
+def test_the_collector_receives_every_task_of_the_direct_path_as_ittapi_would_send_it(tmp_path):
+    _, traces = run_target(tmp_path, """
+        import ittapi.compat as itt
+        from instrumenter.runtime.collection import markers
+        marks = markers()
+        assert marks.direct
+        d = itt.domain_create("w")
+        marks.task_begin(d, "step"); marks.task_begin(d, "forward"); marks.task_end(d); marks.task_end(d)
+        itt.pause()
+        marks.task_begin(d, "paused"); marks.task_end(d)
+        itt.resume()
+        itt.task_begin(d, "compat"); marks.task_begin(d, "step"); marks.task_end(d); itt.task_end(d)
+    """)
+    assert tasks(only_trace(traces)) == [
+        ("begin", "w", "step"), ("begin", "w", "forward"), ("end", "w", None), ("end", "w", None),
+        ("pause", None, None), ("resume", None, None),
+        ("begin", "w", "compat"), ("begin", "w", "step"), ("end", "w", None), ("end", "w", None),
+    ]
 
 
 def test_a_pair_on_the_direct_path_runs_without_a_collector(domain):
