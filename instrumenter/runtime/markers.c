@@ -128,8 +128,8 @@ static PyObject *native_function(PyObject *module, PyObject *dict, PyObject *nam
     PyObject *function = PyDict_GetItemWithError(dict, name); /* borrowed */
     if (function == NULL || !PyCFunction_Check(function) || PyCFunction_GET_SELF(function) != module)
         return NULL;
-    const char *called = ((PyCFunctionObject *)function)->m_ml->ml_name;
-    if (called == NULL || strcmp(called, PyUnicode_AsUTF8(name)) != 0)
+    const char *called = ((PyCFunctionObject *)function)->m_ml->ml_name, *wanted = PyUnicode_AsUTF8(name);
+    if (called == NULL || wanted == NULL || strcmp(called, wanted) != 0)
         return NULL;
     return Py_NewRef(function);
 }
