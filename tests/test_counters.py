@@ -23,7 +23,7 @@ from tests.trace_writer import TraceWriter, name_record
 OWN = "autoitt.train"
 
 
-def _write(path, hardware=False, steps=4, note=None):
+def _write(path, hardware=False, steps=4, note=None, counted_every=1):
     writer = TraceWriter(path / "itt-100.bin")
     domain, step = writer.pointer(KIND_DOMAIN_NAME, OWN), writer.pointer(KIND_STRING_NAME, "step")
     if note:
@@ -33,6 +33,8 @@ def _write(path, hardware=False, steps=4, note=None):
         start = 1_000_000 * i
         rows.append((KIND_BEGIN, 0, 0, 0, start, domain, step))
         rows.append((KIND_END, 0, 0, 0, start + 500_000, domain, 0))
+        if i % counted_every:
+            continue  # as the collector leaves steps shorter than 10 ms uncounted
         # 0.9 ms of CPU in 0.5 ms of wall time (two threads), 3 page faults, 2 context switches
         rows.append((KIND_COUNTERS, 0, 2, 3, start + 500_000, 900_000, step))
         if hardware:
@@ -57,6 +59,16 @@ def test_counters_add_up_per_task_with_cpu_utilization_over_wall_time(tmp_path):
     assert step["cpu_s"] == pytest.approx(0.0036) and step["wall_s"] == pytest.approx(0.002)
     assert step["cpu_utilization"] == pytest.approx(1.8)
     assert "ipc" not in step
+
+
+def test_the_utilization_of_steps_counted_one_in_several_is_that_of_the_counted_ones(tmp_path):
+    # steps shorter than 10 ms are counted one per 10 ms: their CPU time is a sample's, the wall time every step's
+    _write(tmp_path, steps=20, counted_every=5)
+    traces, found = _read(tmp_path)
+    step = task_counters(traces, found, [OWN])["step"]
+    assert (step["count"], step["page_faults_per_instance"]) == (4, 3)
+    assert step["cpu_s"] == pytest.approx(0.0036) and step["wall_s"] == pytest.approx(0.010)
+    assert step["cpu_utilization"] == pytest.approx(1.8)
 
 
 def test_recorded_hardware_counts_give_ipc_and_misses_per_thousand_instructions(tmp_path):
@@ -96,6 +108,12 @@ for i in range(6):
 for i in range(20000):  # steps of a microsecond: counted one per 10 ms
     itt.task_begin(own, "tiny")
     itt.task_end(own)
+for i in range(100):  # busy steps of half a millisecond: counted one per 10 ms
+    itt.task_begin(own, "short")
+    end = time.process_time() + 0.0005
+    while time.process_time() < end:
+        pass
+    itt.task_end(own)
 """
 
 
@@ -105,13 +123,16 @@ def test_a_real_run_counts_cpu_time_and_page_faults_per_step_and_samples_tiny_st
     _, traces = run_target(tmp_path, COUNTED_STEPS, AUTOITT_SAMPLE_HZ="0", AUTOITT_OWN_DOMAINS=OWN)
     found_traces, found = _read(traces)
     counted = task_counters(found_traces, found, [OWN])
-    step, tiny = counted["step"], counted["tiny"]
+    step, tiny, short = counted["step"], counted["tiny"], counted["short"]
     assert step["count"] == 6
     # One busy thread: about a core, less when the machine is loaded (0.49 seen while a suite ran beside it),
     # never two.
     assert step["cpu_s"] >= 6 * 0.005 and 0.2 <= step["cpu_utilization"] <= 1.5
     assert step["page_faults_per_instance"] >= 1000
     assert 1 <= tiny["count"] < 20000 / 5
+    # half-millisecond steps, counted one per 10 ms: a counted one's CPU time over a step's mean wall time, about
+    # a core (not the counted share of one, 0.05)
+    assert 2 <= short["count"] <= 50 and 0.2 <= short["cpu_utilization"] <= 1.5
 
 
 MODULE_WITH_STEPS = """\

@@ -20,10 +20,17 @@ _FIELDS = ("instances", "cpu_ns", "page_faults", "context_switches", "hardware_i
 
 def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
                   own_domains: Iterable[str]) -> Dict[str, Dict[str, float]]:
-    """Per own task label: ``count``, ``wall_s``, ``cpu_s`` and ``cpu_utilization`` (CPU time of every thread of
-    the process over wall time: 2.0 is two cores busy), ``page_faults``, ``context_switches`` (the run's
-    totals) and their means per instance; with hardware counts, ``cycles``, ``instructions``, ``ipc``,
-    ``cache_misses``, ``branch_misses`` and the misses per thousand instructions."""
+    """Per own task label: ``count`` (the instances counted), ``wall_s`` (every instance's), ``cpu_s`` and
+    ``cpu_utilization`` (CPU time of every thread of the process over wall time: 2.0 is two cores busy),
+    ``page_faults``, ``context_switches`` (the counted instances' totals) and their means per counted instance;
+    with hardware counts, ``cycles``, ``instructions``, ``ipc``, ``cache_misses``, ``branch_misses`` and the
+    misses per thousand instructions.
+
+    The collector counts instances shorter than 10 ms one per 10 ms (counters.c), so the counted instances are
+    a sample of the label's: the utilisation is their mean CPU time over the mean wall time of every instance
+    (the sum of the counted CPU time over the sum of every instance's wall time would read 0.05 cores for a
+    busy thread of 0.5 ms steps). A counted instance also holds the counting's own reads (a few µs of CPU), so
+    a region of a few µs reads high; a step of 0.5 ms, a few percent."""
     own = set(own_domains)
     sums: Dict[str, List[int]] = {}
     for trace in traces:
@@ -34,10 +41,12 @@ def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
             totals = sums.setdefault(name, [0] * len(_FIELDS))
             for i, value in enumerate(values):
                 totals[i] += value
-    wall = {}
+    wall: Dict[str, int] = {}
+    instances: Dict[str, int] = {}
     for group, (domain, name) in enumerate(found.groups):
         if domain in own:
             wall[name] = wall.get(name, 0) + int(found.sum_ns[group])
+            instances[name] = instances.get(name, 0) + int(found.count[group])
     result: Dict[str, Dict[str, float]] = {}
     for name, values in sums.items():
         row = dict(zip(_FIELDS, values))
@@ -48,7 +57,8 @@ def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
                  "page_faults": row["page_faults"], "context_switches": row["context_switches"],
                  "page_faults_per_instance": row["page_faults"] / count,
                  "context_switches_per_instance": row["context_switches"] / count}
-        entry["cpu_utilization"] = entry["cpu_s"] / entry["wall_s"] if entry["wall_s"] else 0.0
+        mean_wall_s = entry["wall_s"] / instances[name] if instances.get(name) else 0.0
+        entry["cpu_utilization"] = entry["cpu_s"] / count / mean_wall_s if mean_wall_s else 0.0
         entry.update(hardware(row))
         result[name] = entry
     return result
