@@ -289,6 +289,77 @@ def test_where_the_sampler_cannot_have_a_table_of_its_own_its_events_sit_above_t
     assert len({int(t) for t in only_samples(traces).tid}) == 5
 
 
+#: threads that name themselves (as PyTorch's and TensorFlow's pools do) and start while the program opens and
+#: closes a file in a loop, counting the opens that did not get the number they got before
+NAMED_THREADS_STARTING = """
+    import ctypes, os, threading, time, ittapi.compat as itt
+    libc = ctypes.CDLL(None, use_errno=True)
+    itt.resume()
+    busy(0.2)  # the scanner has opened what it keeps (the sample file, the map, the thread listing)
+    before = os.open(os.devnull, os.O_RDONLY); os.close(before)
+
+    def named(i):
+        libc.prctl(15, f"worker-{i}".encode(), 0, 0, 0)  # PR_SET_NAME
+        busy(0.05)
+
+    threads = []
+    def starter():
+        for i in range(64):
+            t = threading.Thread(target=named, args=(i,)); t.start(); threads.append(t)
+            time.sleep(0.005)
+
+    s = threading.Thread(target=starter); s.start()
+    moved = 0
+    while s.is_alive():
+        fd = os.open(os.devnull, os.O_RDONLY); os.close(fd)
+        moved += fd != before
+    for t in threads: t.join()
+    print(moved)
+"""
+
+
+def test_where_the_sampler_shares_the_programs_table_threads_name_themselves_and_take_no_number(tmp_path):
+    # (where unshare is refused, as under Docker's default seccomp profile, perf is refused too and timers
+    # sample; the scanner then reads no /proc/self/task/T/comm, whose descriptor would take the program's lowest
+    # free number for a moment: a sampled thread says its own name, PR_GET_NAME in the handler)
+    done, traces = run_target(tmp_path, busy_script(textwrap.dedent(NAMED_THREADS_STARTING)),
+                              AUTOITT_SAMPLE_MECHANISM="timer", AUTOITT_SAMPLE_SHARED_FDS="1")
+    assert done.stdout == "0\n"
+    sf = only_samples(traces)
+    named = {name for tid, name in sf.thread_names.items() if tid in set(sf.tid.tolist())}
+    assert len({n for n in named if n.startswith("worker-")}) >= 8, sf.thread_names
+
+
+#: a thread busy from before the collector loaded (Python's first ITT call loads it): never ready to be sampled
+EARLY_THREAD = """
+    import ctypes, threading, time
+    libc = ctypes.CDLL(None)
+
+    def early():
+        libc.prctl(15, b"early-worker", 0, 0, 0)  # PR_SET_NAME
+        busy(0.6)
+
+    t = threading.Thread(target=early); t.start()
+    time.sleep(0.05)
+    import ittapi.compat as itt
+    itt.resume()
+    busy(0.1)
+    t.join()
+"""
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_thread_that_could_not_be_sampled_is_said_with_its_cpu_time(tmp_path, shared):
+    # (its CPU time from its CPU-time clock, which takes no descriptor; its name where reading it takes none of
+    # the program's numbers: in the scanner's own table, not where it shares the program's)
+    extra = {"AUTOITT_SAMPLE_SHARED_FDS": "1"} if shared else {}
+    _, traces = run_target(tmp_path, busy_script(textwrap.dedent(EARLY_THREAD)), AUTOITT_SAMPLE_MECHANISM="timer",
+                           **extra)
+    (reason,) = [r for r in only_samples(traces).reasons if "unsampled" in r]
+    assert reason.startswith("1 thread(s) (" + ("?" if shared else "early-worker") + ") ran 0.")
+    assert float(reason.split(" ran ")[1].split(" s ")[0]) >= 0.2
+
+
 def test_a_program_that_closes_a_range_of_descriptors_keeps_being_sampled(tmp_path):
     # (os.closerange over every number, as a daemonizing library or a careful subprocess helper does,
     # reaches only the program's own table)

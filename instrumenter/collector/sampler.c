@@ -71,9 +71,16 @@ typedef struct sthread {
                                       at the last scan (scanner) */
     uint64_t lost;                 /* estimated samples lost while the handler was not ours (scanner) */
     uint64_t stats_written;        /* taken + dropped at the last counts written */
+    /* its name where the scanner shares the program's descriptor table: reading /proc/self/task/T/comm there
+       would take the program's lowest free number for a moment, so the thread names itself (PR_GET_NAME, a
+       system call) at its first sample, and the scanner writes it at its next drain */
+    _Atomic int name_state;        /* S_NAME_* */
+    char name[16];                 /* TASK_COMM_LEN, terminated */
     uw_thread_cache cache;
     s_sample ring[S_RING];
 } sthread;
+
+enum { S_NAME_WRITTEN, S_NAME_WANTED, S_NAME_READY };
 
 static unsigned long s_hz = S_DEFAULT_HZ;
 static uint64_t s_period_ns;
@@ -248,8 +255,15 @@ void s_handler(int sig, siginfo_t *si, void *ucv)
     /* a thread past its key's destructor (h_thread_gone) may have no altstack: not sampled; and a state is
        written only by its own thread (a late signal may name another's) */
     if (st && atomic_load_explicit(&st->active, memory_order_acquire) && h_still_ready(st->ready, st->tid)
-        && st->tid == (uint32_t)syscall(SYS_gettid))
+        && st->tid == (uint32_t)syscall(SYS_gettid)) {
         s_take(st, ucv, weight);
+        /* the thread names itself (see sthread.name): a system call into its own state, at most once */
+        if (atomic_load_explicit(&st->name_state, memory_order_acquire) == S_NAME_WANTED
+            && syscall(SYS_prctl, PR_GET_NAME, (unsigned long)st->name, 0ul, 0ul, 0ul) == 0) {
+            st->name[sizeof st->name - 1] = 0;
+            atomic_store_explicit(&st->name_state, S_NAME_READY, memory_order_release);
+        }
+    }
     errno = saved_errno;
 }
 
@@ -542,7 +556,8 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
 /* ------------------------------------------------------------------------- */
 /* Threads: opening and closing their events.                                */
 
-/* A thread's name (comm), terminated; its length, 0 (and "") if it cannot be read. */
+/* A thread's name (comm), terminated; its length, 0 (and "") if it cannot be read.  Opens a file: only in the
+   scanner's own descriptor table (where it shares the program's, the thread names itself: sthread.name). */
 static size_t s_thread_name(uint32_t tid, char *name, size_t size)
 {
     char path[64];
@@ -556,6 +571,14 @@ static size_t s_thread_name(uint32_t tid, char *name, size_t size)
     if (name[n - 1] == '\n') n--;
     name[n] = 0;
     return (size_t)n;
+}
+
+/* The sample file's record of thread tid's name (n bytes; none where n is 0). */
+static void s_thread_named(uint32_t tid, const char *name, size_t n)
+{
+    s_thread_head head = {tid, 0};
+    unsigned char *p = n ? s_record(SR_THREAD, sizeof head + n) : NULL;
+    if (p) { memcpy(p, &head, sizeof head); memcpy(p + sizeof head, name, n); }
 }
 
 static sthread *s_new_state_locked(uint32_t tid)
@@ -577,6 +600,8 @@ static sthread *s_new_state_locked(uint32_t tid)
         st->index = s_nthreads;
         atomic_store(&s_threads[s_nthreads++], st);
     }
+    if (atomic_load(&st->name_state) == S_NAME_READY) /* its last thread's name, not drained yet */
+        s_thread_named(st->tid, st->name, strnlen(st->name, sizeof st->name));
     st->tid = tid;
     st->serial = ++s_serial;
     st->in_use = 1;
@@ -591,11 +616,14 @@ static sthread *s_new_state_locked(uint32_t tid)
     st->stats_written = 0;
     st->due = st->due_taken = st->lost = 0;
     memset(&st->cache, 0, sizeof st->cache);
-    char name[32];
-    size_t n = s_thread_name(tid, name, sizeof name);
-    s_thread_head head = {tid, 0};
-    unsigned char *p = n ? s_record(SR_THREAD, sizeof head + n) : NULL;
-    if (p) { memcpy(p, &head, sizeof head); memcpy(p + sizeof head, name, n); }
+    if (atomic_load(&s_table) == S_TABLE_OWN) {
+        char name[32];
+        size_t n = s_thread_name(tid, name, sizeof name);
+        s_thread_named(tid, name, n);
+        atomic_store(&st->name_state, S_NAME_WRITTEN);
+    } else {
+        atomic_store(&st->name_state, S_NAME_WANTED); /* the thread says it (s_handler) */
+    }
     return st;
 }
 
@@ -771,7 +799,7 @@ static void s_start_thread_locked(sthread *st)
     atomic_store(&st->active, 0);
 }
 
-/* A thread that is still not ready at its second scan: its CPU time so far (schedstat's first field). */
+/* A thread that is still not ready at its second scan: its CPU time so far. */
 static void s_note_unready(uint32_t tid)
 {
     uint32_t i = 0;
@@ -780,20 +808,16 @@ static void s_note_unready(uint32_t tid)
         if (s_nunready == S_UNREADY_MAX) return;
         s_unready[s_nunready].tid = tid;
         s_unready[s_nunready].cpu_ns = 0;
-        if (!s_thread_name(tid, s_unready[s_nunready].name, sizeof s_unready[0].name))
+        /* never sampled, so it cannot name itself: its name where reading it takes no number of the program's */
+        if (atomic_load(&s_table) != S_TABLE_OWN
+            || !s_thread_name(tid, s_unready[s_nunready].name, sizeof s_unready[0].name))
             snprintf(s_unready[s_nunready].name, sizeof s_unready[0].name, "?");
         s_nunready++;
     }
-    char path[64], text[96];
-    snprintf(path, sizeof path, "/proc/self/task/%u/schedstat", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n > 0) {
-        text[n] = 0;
-        s_unready[i].cpu_ns = strtoull(text, NULL, 10);
-    }
+    /* the thread's CPU-time clock (CPUCLOCK_SCHED, as s_open_timer's): no file, so no descriptor */
+    struct timespec ts;
+    if (clock_gettime((clockid_t)((~tid << 3) | 6), &ts) == 0)
+        s_unready[i].cpu_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* At the end: the threads that could not be sampled, when they ran enough to matter. */
@@ -1122,6 +1146,10 @@ static void s_drain_locked(int final)
     size_t clock_only = s_out_len;
     for (uint32_t i = 0; i < s_nthreads; i++) {
         sthread *st = atomic_load(&s_threads[i]);
+        if (atomic_load_explicit(&st->name_state, memory_order_acquire) == S_NAME_READY) {
+            s_thread_named(st->tid, st->name, strnlen(st->name, sizeof st->name));
+            atomic_store(&st->name_state, S_NAME_WRITTEN);
+        }
         uint32_t tail = atomic_load_explicit(&st->tail, memory_order_relaxed);
         uint32_t head = atomic_load_explicit(&st->head, memory_order_acquire);
         for (; tail != head; tail++) {

@@ -19,7 +19,9 @@
  *    si_fd tells our events from any descriptor of the program's.  Where unshare is refused
  *    (Docker's default seccomp profile, which refuses perf_event_open too), the scanner opens in
  *    the process's table, each descriptor taking the lowest free number for a moment before it
- *    is moved;
+ *    is moved (where perf is refused too, as there, timers take no descriptor, and the scanner opens
+ *    nothing of a thread's: a sampled thread says its own name, an unready one's CPU time comes from
+ *    its CPU-time clock);
  *  - per-thread POSIX timers on the thread's CPU-time clock (SIGEV_THREAD_ID), at most the kernel
  *    tick's rate, each sample weighted by the periods it stands for (1 + the timer's overrun),
  *    where perf_event_open is refused (perf_event_paranoid 3, a container's seccomp profile) or
@@ -63,7 +65,10 @@
  *    page below, or the program's own of at least 32 KiB); the handler needs under 8 KiB;
  *  - s_handler: reads siginfo; atomic loads of s_threads/s_by_fd (static arrays; sthread records are
  *    mmap'ed once and never unmapped, only reused a second after their thread ended); errno saved
- *    and restored.  Anything not from our own events goes to h_forward;
+ *    and restored.  Anything not from our own events goes to h_forward.  Where the scanner shares the
+ *    program's descriptor table, a thread's first sample also asks its own name (prctl PR_GET_NAME through
+ *    syscall(): a system call writing 16 bytes into its own sthread) and publishes it with a release store;
+ *    the scanner writes it at its next drain;
  *  - h_forward (hooks.c): reads the chained action (a static double buffer: sigaction() never waits),
  *    pthread_sigmask and sigaction and raise (async-signal-safe by POSIX), then the program's handler,
  *    which the kernel would have run in this same context;
