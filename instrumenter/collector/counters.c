@@ -98,6 +98,7 @@ __attribute__((noinline, cold)) void own_counters_begin(struct tbuf *t, uint32_t
     }
     t->counted_at[d] = now;
     t->counting |= 1ull << d;
+    t->counted_ticks[d] = now_ticks(); /* the counted span's start: the reader times it to the task's end */
     read_counts(&t->counts[d]);
 }
 
@@ -112,9 +113,12 @@ __attribute__((noinline, cold)) void own_counters_end(struct tbuf *t, uint32_t d
     memset(&now, 0, sizeof now);
     read_counts(&now);
     uint64_t faults = grown(now.faults, then->faults), switches = grown(now.switches, then->switches);
-    if (!emit_with(K_COUNTERS, 0, switches > 0xFFFF ? 0xFFFF : (uint16_t)switches,
-                   faults > UINT32_MAX ? UINT32_MAX : (uint32_t)faults, grown(now.cpu_ns, then->cpu_ns),
-                   t->tasks[d].name))
+    /* at the time its counting began (F_COUNTED_FROM): it follows the task's end record, whose time ends the
+       span, so the reader has the wall time of exactly the instances counted (short steps are counted one per
+       COUNT_EVERY_NS, and the first one always: the mean of every instance's would not do) */
+    if (!emit_at(K_COUNTERS, F_COUNTED_FROM, switches > 0xFFFF ? 0xFFFF : (uint16_t)switches,
+                 faults > UINT32_MAX ? UINT32_MAX : (uint32_t)faults, t->counted_ticks[d],
+                 grown(now.cpu_ns, then->cpu_ns), t->tasks[d].name))
         return;
     if (g_hw_ok) {
         emit(K_HARDWARE, 0, 0, grown(now.hw[HW_CYCLES], then->hw[HW_CYCLES]),

@@ -114,6 +114,7 @@ RECORD_FLAGS = {
     "SCOPED": 1,        # pause/resume came from __itt_*_scoped; aux = scope
     "CHILD_NS": 2,      # an end past the limit: b = ns its task spent in child tasks not in the file
     "UNFINISHED": 4,    # an end written at exit for a task still open: it ends at the thread's last record
+    "COUNTED_FROM": 8,  # a counters record whose ts is when its counting began (its span ends at the end before it)
 }
 #: file header flags
 TRACE_HEADER_FLAGS = {"START_PAUSED": 1, "TSC": 2}

@@ -67,6 +67,7 @@ typedef struct tbuf {
     /* counters hook: at each open own task, what the process had counted when it began (counters.c) */
     struct own_counts { uint64_t cpu_ns, faults, switches, hw[4]; } counts[TASK_STACK];
     uint64_t counted_at[TASK_STACK]; /* counters.c: when an own task at each depth was last counted (ns) */
+    uint64_t counted_ticks[TASK_STACK]; /* counters.c: the record clock when that count began */
     uint64_t counting;               /* counters.c: bit d: the open own task at depth d is counted */
     _Alignas(64) unsigned char data[BUF_BYTES]; /* data[0..CHDR) is room for a chunk header */
 } tbuf;
@@ -134,9 +135,10 @@ char *register_name_locked(uint8_t kind, const void *ptr, const char *name);
 int registered_locked(const void *ptr);
 tbuf *attach_thread(void);
 
-/* A record in the thread's buffer; ``small``: the name length field, which the counters record uses for
-   a count (no payload follows).  The hot path: see the top of this file. */
-static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t a, uint64_t b)
+/* A record in the thread's buffer, at record-clock time ``ts`` (0: now); ``small``: the name length field, which
+   the counters record uses for a count (no payload follows).  The hot path: see the top of this file. */
+static inline tbuf *emit_at(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t ts, uint64_t a,
+                            uint64_t b)
 {
     tbuf *t = t_buf;
     if (UNLIKELY(!t)) {
@@ -147,17 +149,26 @@ static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint3
     if (UNLIKELY(pos + REC > BUF_BYTES)) {
         flush_own(t);
         pos = CHDR;
+        /* a time given from before the flush would come before the new chunk's clock pair: the record is
+           timed now, and a counters record says it no longer carries its counting's start */
+        ts = 0;
+        flags &= (uint8_t)~F_COUNTED_FROM;
     }
     record *r = (record *)(t->data + pos);
     r->kind = kind;
     r->flags = flags;
     r->name_len = small;
     r->aux = aux;
-    r->ts = now_ticks();
+    r->ts = ts ? ts : now_ticks(); /* now: after a flush, so never before its chunk's clock pair */
     r->a = a;
     r->b = b;
     atomic_store_explicit(&t->pos, pos + REC, memory_order_release);
     return t;
+}
+
+static inline tbuf *emit_with(uint8_t kind, uint8_t flags, uint16_t small, uint32_t aux, uint64_t a, uint64_t b)
+{
+    return emit_at(kind, flags, small, aux, 0, a, b);
 }
 
 static inline tbuf *emit(uint8_t kind, uint8_t flags, uint32_t aux, uint64_t a, uint64_t b)

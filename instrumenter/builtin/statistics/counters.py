@@ -15,7 +15,7 @@ from .aggregate import Aggregates
 from ..trace.tracefile import ProcessTrace
 
 _FIELDS = ("instances", "cpu_ns", "page_faults", "context_switches", "hardware_instances", "cycles",
-           "instructions", "cache_misses", "branch_misses")
+           "instructions", "cache_misses", "branch_misses", "spans", "span_ns")
 
 
 def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
@@ -26,11 +26,13 @@ def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
     with hardware counts, ``cycles``, ``instructions``, ``ipc``, ``cache_misses``, ``branch_misses`` and the
     misses per thousand instructions.
 
-    The collector counts instances shorter than 10 ms one per 10 ms (counters.c), so the counted instances are
-    a sample of the label's: the utilisation is their mean CPU time over the mean wall time of every instance
-    (the sum of the counted CPU time over the sum of every instance's wall time would read 0.05 cores for a
-    busy thread of 0.5 ms steps). A counted instance also holds the counting's own reads (a few µs of CPU), so
-    a region of a few µs reads high; a step of 0.5 ms, a few percent."""
+    The collector counts instances shorter than 10 ms one per 10 ms, and the first always (counters.c), so the
+    counted instances are a sample of the label's, not a fair one: the utilisation is their CPU time over their
+    own wall time, which the collector's counters records give (the span from the counting's start to the task's
+    end record). The sum of the counted CPU time over every instance's wall time read 0.05 cores for a busy
+    thread of 0.5 ms steps; their mean CPU time over every instance's mean wall time read 6 cores for a Keras
+    fit on 2, its long first step counted and the others mostly not. Records of a collector before the spans
+    (no counted-from flag) still get the mean wall time of every instance, the nearest they allow."""
     own = set(own_domains)
     sums: Dict[str, List[int]] = {}
     for trace in traces:
@@ -57,7 +59,11 @@ def task_counters(traces: Sequence[ProcessTrace], found: Aggregates,
                  "page_faults": row["page_faults"], "context_switches": row["context_switches"],
                  "page_faults_per_instance": row["page_faults"] / count,
                  "context_switches_per_instance": row["context_switches"] / count}
-        mean_wall_s = entry["wall_s"] / instances[name] if instances.get(name) else 0.0
+        spans = row.get("spans", 0)
+        if spans:  # a span of an instance lost at a block's edge leaves the mean of those known
+            mean_wall_s = row["span_ns"] / spans / 1e9
+        else:
+            mean_wall_s = entry["wall_s"] / instances[name] if instances.get(name) else 0.0
         entry["cpu_utilization"] = entry["cpu_s"] / count / mean_wall_s if mean_wall_s else 0.0
         entry.update(hardware(row))
         result[name] = entry

@@ -10,9 +10,9 @@ import numpy as np
 
 from .clock import Clock
 from .tracefile import (_COUNTER_KINDS, _HEADER, _RECORD, _STATS_HEAD, CHUNK_MAGIC, KIND_BEGIN, KIND_COUNTERS,
-                        KIND_DOMAIN_NAME, KIND_HARDWARE, KIND_HARDWARE2, KIND_NOTE, KIND_PAUSE, KIND_STATS,
+                        KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE, KIND_HARDWARE2, KIND_NOTE, KIND_PAUSE, KIND_STATS,
                         KIND_STRING_NAME, RECORD, _EVENT_KINDS, _NAME_KINDS, ProcessTrace, Stats, TraceFormatError,
-                        _decode, _header)
+                        FLAG_COUNTED_FROM, _decode, _header)
 
 #: How much of a file is read at a time: what bounds the reader's memory, whatever the file's size.
 BLOCK_BYTES = 16 << 20
@@ -95,7 +95,7 @@ def _blocks(trace: ProcessTrace, handle, offset: int, block_bytes: int, clock: C
                     records["ts"] = np.concatenate(times)
                 counted = records["kind"] >= KIND_COUNTERS
                 if counted.any():
-                    _add_counters(trace, records[counted])
+                    _add_counters(trace, records[counted], _counted_spans(records))
                     records = records[~counted]
                 control = records["kind"] >= KIND_PAUSE
                 if control.any():
@@ -174,8 +174,21 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
     return np.array(kept, dtype=RECORD), damage
 
 
-def _add_counters(trace: ProcessTrace, records: np.ndarray) -> None:
-    """A thread's counters records of one block, in program order, added to the trace's sums per task."""
+def _counted_spans(records: np.ndarray) -> np.ndarray:
+    """For each counters record of a thread's block (every record, in program order), the wall time (ns) of the
+    span its counts cover, or -1 where it is not known: a record of an older collector (no counted-from flag),
+    or one whose task's end record is not right before it (in the block before)."""
+    kinds = records["kind"]
+    at = np.flatnonzero(kinds == KIND_COUNTERS)
+    before = np.maximum(at - 1, 0)
+    known = ((records["flags"][at] & FLAG_COUNTED_FROM) != 0) & (at > 0) & (kinds[before] == KIND_END)
+    span = records["ts"][before].astype(np.int64) - records["ts"][at].astype(np.int64)
+    return np.where(known, np.maximum(span, 0), -1)
+
+
+def _add_counters(trace: ProcessTrace, records: np.ndarray, spans: np.ndarray) -> None:
+    """A thread's counters records of one block, in program order, added to the trace's sums per task;
+    ``spans``: each counters record's counted span (:func:`_counted_spans`)."""
     kinds = records["kind"]
     at = np.flatnonzero(kinds == KIND_COUNTERS)
     if not len(at):
@@ -188,13 +201,14 @@ def _add_counters(trace: ProcessTrace, records: np.ndarray) -> None:
     columns = (np.ones(len(at), np.int64), a[at], records["aux"][at].astype(np.int64),
                records["name_len"][at].astype(np.int64), hardware.astype(np.int64),
                np.where(hardware, a[one], 0), np.where(hardware, b[one].astype(np.int64), 0),
-               np.where(second, a[two], 0), np.where(second, b[two].astype(np.int64), 0))
+               np.where(second, a[two], 0), np.where(second, b[two].astype(np.int64), 0),
+               (spans >= 0).astype(np.int64), np.maximum(spans, 0))
     tasks, which = np.unique(b[at], return_inverse=True)
     for column, values in enumerate(columns):
         summed = np.zeros(len(tasks), np.int64)
         np.add.at(summed, which, values)
         for task, value in zip(tasks.tolist(), summed.tolist()):
-            trace.counters.setdefault(task, [0] * 9)[column] += value
+            trace.counters.setdefault(task, [0] * len(columns))[column] += value
 
 
 def each_file(directory: Path, open_one) -> Tuple[list, List[str]]:

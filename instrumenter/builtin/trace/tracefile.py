@@ -141,7 +141,9 @@ kind  name           meaning
                      markers), what the process counted while it ran: ``a`` CPU time (ns,
                      CLOCK_PROCESS_CPUTIME_ID: every thread), ``b`` the task's string handle,
                      ``aux`` page faults (minor and major), ``name_len`` context switches
-                     (voluntary and not; ``getrusage(RUSAGE_SELF)``, 65535 at most); see Counters
+                     (voluntary and not; ``getrusage(RUSAGE_SELF)``, 65535 at most); see Counters.
+                     With flag 8 (counted from), ``ts`` is when the counting began: the end record
+                     right before it (its task's) ends the counted span
 8     hardware       right after a counters record where the PMU can be read: ``a`` cycles, ``b``
                      instructions (user mode, every thread of the process)
 9     hardware 2     right after a hardware record: ``a`` cache misses, ``b`` branch misses
@@ -268,6 +270,8 @@ _EVENT_KINDS = {KIND_BEGIN: "begin", KIND_END: "end", KIND_PAUSE: "pause",
                 KIND_RESUME: "resume", KIND_DETACH: "detach", KIND_LIMIT: "limit"}
 #: fixed-size records that are not events (the counters), read with them
 _COUNTER_KINDS = (KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2)
+#: a counters record's flag: its ``ts`` is when its counting began, and the end record before it ends the span
+FLAG_COUNTED_FROM = formats.RECORD_FLAGS["COUNTED_FROM"]
 _NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_NOTE)
 _STATS_HEAD = formats.STATS_HEAD.struct
 
@@ -302,7 +306,7 @@ class ProcessTrace:
     stats: List["Stats"] = field(default_factory=list)
     #: per task string-handle pointer, what its instances' counters records add up to (see Counters):
     #: [instances, cpu ns, page faults, context switches, instances with hardware counts, cycles,
-    #: instructions, cache misses, branch misses]
+    #: instructions, cache misses, branch misses, instances whose counted span is known, its wall ns]
     counters: Dict[int, List[int]] = field(default_factory=dict)
     #: the collector's notes (note records)
     notes: List[str] = field(default_factory=list)
