@@ -180,8 +180,11 @@ included (OpenMP workers count in the step that keeps them busy); nested own
 tasks each count their own span (an epoch's include its steps'). Own tasks at
 one nesting depth of a thread are counted at most once per 10 ms (reading the
 counts costs a real step ~20 µs, its kernel paths cold), so a loop of short
-steps has one counted per 10 ms: the records' count says how many were. Past the trace limit
-they are not written: they cover the tasks before it.
+steps has one counted per 10 ms: the records' count says how many were. Each counters record
+is timed at its counting's start (flag 8) and written right after its task's end record, so
+the wall time its counts cover is the end's time minus its own (where a flush came between,
+the record is timed when written, without the flag, and its span is not known). Past the trace
+limit they are not written: they cover the tasks before it.
 
 Collection control
 ------------------
