@@ -205,6 +205,19 @@ SAMPLER_EVENTS = """
         with open("/proc/self/timers") as timers:
             return max(perf_events(scanner_table()), timers.read().count("ID:"))
 
+    def opens_moved_while(start):
+        # opens and closes a file in a loop while start() runs in a thread of its own: how many opens did not
+        # get the number the first did, and whether the lowest free number is back there at the end (a number
+        # held since would make every open "moved")
+        before = os.open(os.devnull, os.O_RDONLY); os.close(before)
+        s = threading.Thread(target=start); s.start()
+        moved = 0
+        while s.is_alive():
+            fd = os.open(os.devnull, os.O_RDONLY); os.close(fd)
+            moved += fd != before
+        s.join()
+        return moved, before == os.open(os.devnull, os.O_RDONLY)
+
     def four_busy_threads(table):
         # starts 4 threads busy 0.4 s each; waits (3 s at most) until table() holds 5 perf events
         threads = [threading.Thread(target=busy, args=(0.4,)) for _ in range(4)]
@@ -239,7 +252,6 @@ def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_pat
             time.sleep(0.005)
         else:
             raise SystemExit("the scanner's table did not settle in 15 s")
-        before = os.open(os.devnull, os.O_RDONLY); os.close(before)
         threads = []
 
         def starter():
@@ -247,16 +259,10 @@ def test_descriptors_of_the_sampler_stay_out_of_the_programs_low_numbers(tmp_pat
                 t = threading.Thread(target=busy, args=(0.05,)); t.start(); threads.append(t)
                 time.sleep(0.02)
 
-        s = threading.Thread(target=starter); s.start()
-        moved = 0
-        while s.is_alive():
-            fd = os.open(os.devnull, os.O_RDONLY); os.close(fd)
-            moved += fd != before
+        moved, back = opens_moved_while(starter)
         for t in threads: t.join()
-        print(moved, before == os.open(os.devnull, os.O_RDONLY))
+        print(moved, back)
     """)))
-    # (the second figure: the program's lowest free number is back where it was; a number held since would
-    # make every open "moved")
     assert done.stdout == "0 True\n"
     # and the threads that started are sampled, from the scanner's wake-up, not its next listing
     assert len({int(t) for t in only_samples(traces).tid}) >= 12
@@ -291,12 +297,11 @@ def test_where_the_sampler_cannot_have_a_table_of_its_own_its_events_sit_above_t
 
 #: threads that name themselves (as PyTorch's and TensorFlow's pools do) and start while the program opens and
 #: closes a file in a loop, counting the opens that did not get the number they got before
-NAMED_THREADS_STARTING = """
-    import ctypes, os, threading, time, ittapi.compat as itt
+NAMED_THREADS_STARTING = SAMPLER_EVENTS + """
+    import ctypes, ittapi.compat as itt
     libc = ctypes.CDLL(None, use_errno=True)
     itt.resume()
     busy(0.2)  # the scanner has opened what it keeps (the sample file, the map, the thread listing)
-    before = os.open(os.devnull, os.O_RDONLY); os.close(before)
 
     def named(i):
         libc.prctl(15, f"worker-{i}".encode(), 0, 0, 0)  # PR_SET_NAME
@@ -308,13 +313,9 @@ NAMED_THREADS_STARTING = """
             t = threading.Thread(target=named, args=(i,)); t.start(); threads.append(t)
             time.sleep(0.005)
 
-    s = threading.Thread(target=starter); s.start()
-    moved = 0
-    while s.is_alive():
-        fd = os.open(os.devnull, os.O_RDONLY); os.close(fd)
-        moved += fd != before
+    moved, back = opens_moved_while(starter)
     for t in threads: t.join()
-    print(moved)
+    print(moved, back)
 """
 
 
@@ -324,7 +325,7 @@ def test_where_the_sampler_shares_the_programs_table_threads_name_themselves_and
     # free number for a moment: a sampled thread says its own name, PR_GET_NAME in the handler)
     done, traces = run_target(tmp_path, busy_script(textwrap.dedent(NAMED_THREADS_STARTING)),
                               AUTOITT_SAMPLE_MECHANISM="timer", AUTOITT_SAMPLE_SHARED_FDS="1")
-    assert done.stdout == "0\n"
+    assert done.stdout == "0 True\n"
     sf = only_samples(traces)
     named = {name for tid, name in sf.thread_names.items() if tid in set(sf.tid.tolist())}
     assert len({n for n in named if n.startswith("worker-")}) >= 8, sf.thread_names
