@@ -581,6 +581,14 @@ static void s_thread_named(uint32_t tid, const char *name, size_t n)
     if (p) { memcpy(p, &head, sizeof head); memcpy(p + sizeof head, name, n); }
 }
 
+/* The name a thread said of itself (s_handler), into the file once: at a drain, or before its state is reused. */
+static void s_write_said_name(sthread *st)
+{
+    if (atomic_load_explicit(&st->name_state, memory_order_acquire) != S_NAME_READY) return;
+    s_thread_named(st->tid, st->name, strnlen(st->name, sizeof st->name));
+    atomic_store(&st->name_state, S_NAME_WRITTEN);
+}
+
 static sthread *s_new_state_locked(uint32_t tid)
 {
     uint64_t now = now_ns(CLOCK_MONOTONIC);
@@ -600,8 +608,7 @@ static sthread *s_new_state_locked(uint32_t tid)
         st->index = s_nthreads;
         atomic_store(&s_threads[s_nthreads++], st);
     }
-    if (atomic_load(&st->name_state) == S_NAME_READY) /* its last thread's name, not drained yet */
-        s_thread_named(st->tid, st->name, strnlen(st->name, sizeof st->name));
+    s_write_said_name(st); /* its last thread's, not drained yet */
     st->tid = tid;
     st->serial = ++s_serial;
     st->in_use = 1;
@@ -1146,10 +1153,7 @@ static void s_drain_locked(int final)
     size_t clock_only = s_out_len;
     for (uint32_t i = 0; i < s_nthreads; i++) {
         sthread *st = atomic_load(&s_threads[i]);
-        if (atomic_load_explicit(&st->name_state, memory_order_acquire) == S_NAME_READY) {
-            s_thread_named(st->tid, st->name, strnlen(st->name, sizeof st->name));
-            atomic_store(&st->name_state, S_NAME_WRITTEN);
-        }
+        s_write_said_name(st);
         uint32_t tail = atomic_load_explicit(&st->tail, memory_order_relaxed);
         uint32_t head = atomic_load_explicit(&st->head, memory_order_acquire);
         for (; tail != head; tail++) {
