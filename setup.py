@@ -16,10 +16,28 @@ trace reader include ``format.h``, generated here from ``instrumenter/collector/
 
 import importlib.util
 import os
+import shutil
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError
+
+#: What to install where the build cannot compile, by distribution (the compiler and the interpreter's headers).
+_WHAT_TO_INSTALL = ("Debian/Ubuntu: apt-get install gcc python3-dev (python3.X-dev for another version); "
+                    "Fedora/RHEL: dnf install gcc python3-devel; Alpine: apk add gcc musl-dev python3-dev; "
+                    "conda: conda install -c conda-forge c-compiler. Or install a wheel of autoitt built on a "
+                    "machine that has them, for the same Python version (pip wheel autoitt there, then pip install "
+                    "the .whl here): it needs no compiler (README, \"Installing without a C compiler\")")
+
+
+def _cannot_build() -> str:
+    """Why the C parts cannot be compiled here, said before the compiler's own error would be, or ''."""
+    include = sysconfig.get_paths()["include"]
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        return f"this Python's development headers are missing ({include}/Python.h)"
+    return ""
 
 
 class build_ext_with_formats(build_ext):
@@ -45,6 +63,21 @@ class build_ext_with_formats(build_ext):
             extension.include_dirs.insert(0, include)
             extension.depends.append("instrumenter/collector/formats.py")
         super().run()
+
+    def build_extensions(self):
+        """Say what to install where no C compiler or no Python headers are found, not a compiler's traceback:
+        autoitt's ITT collector, its trace reader and the copies' markers are C, compiled at install."""
+        problem = _cannot_build()
+        compiler = getattr(self.compiler, "compiler_so", None) or [""]
+        if not problem and shutil.which(compiler[0]) is None:
+            problem = f"no C compiler was found (looked for {compiler[0]!r}, the compiler this Python was built " \
+                      "with, or $CC)"
+        if problem:
+            raise CompileError(f"autoitt: cannot compile its C parts (the ITT collector, the trace reader, the "
+                               f"copies' markers): {problem}. Install a C compiler and this Python's headers, then install "
+                               f"autoitt again. "
+                               f"{_WHAT_TO_INSTALL}")
+        super().build_extensions()
 
 
 setup(

@@ -7,12 +7,24 @@ import inspect
 import os
 import re
 import sys
+import types
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Set by the version matrix (scripts/version_matrix.sh), which runs the suite against autoitt installed from its
+#: wheel: then the checkout is taken off sys.path (where ``python -m pytest`` in it put it), so that
+#: ``instrumenter`` and ``transforms`` are the installed ones; test_install.py checks it.
+INSTALLED = os.environ.get("AUTOITT_SUITE_INSTALLED") == "1"
+if INSTALLED:
+    sys.path[:] = [entry for entry in sys.path if Path(entry or os.curdir).resolve() != ROOT]
+if "tests" not in sys.modules:
+    # ``tests`` is this folder, whatever is on sys.path (a package in site-packages may be named tests too)
+    sys.modules["tests"] = types.ModuleType("tests")
+    sys.modules["tests"].__path__ = [str(ROOT / "tests")]
 SAMPLES = ROOT / "samples"
 INPUTS = ROOT / "tests" / "inputs"
 GOLDEN = ROOT / "tests" / "golden"
@@ -33,11 +45,12 @@ def python() -> str:
 
 # --------------------------------------------------------------------------- frameworks a test runs
 
-#: The frameworks tests run scripts with. The suite installs them for CPython 3.11 (the test extra); the version
-#: matrix (scripts/version_matrix.sh) runs it on other versions without them, where their wheels are CUDA builds
-#: of several GB or do not exist. AUTOITT_TESTS_WITHOUT (comma-separated names) has the suite take those as not
+#: The frameworks tests run scripts with, all in the test extra. The version matrix (scripts/version_matrix.sh)
+#: installs that extra on each version too, where a framework may have no wheel (README's version table): its
+#: tests skip there. AUTOITT_TESTS_WITHOUT (comma-separated names) has the suite take those as not
 #: installed, to see on 3.11 what the matrix skips (tests/test_framework_skips.py).
-FRAMEWORKS = ("torch", "tensorflow", "keras", "pytorch_lightning", "lightning", "transformers", "accelerate", "ignite")
+FRAMEWORKS = ("torch", "tensorflow", "keras", "pytorch_lightning", "lightning", "transformers", "accelerate", "ignite",
+              "jax", "optax", "flax", "deepspeed", "stable_baselines3", "trl")
 _WITHOUT = set(filter(None, os.environ.get("AUTOITT_TESTS_WITHOUT", "").split(",")))
 _MISSING = [name for name in FRAMEWORKS if name in _WITHOUT or importlib.util.find_spec(name) is None]
 _USES = re.compile(r"\b(?:import|from)\s+(%s)\b" % "|".join(_MISSING)) if _MISSING else None

@@ -267,3 +267,19 @@ def test_flags_that_skip_autoitts_sitecustomize_fail_saying_so(tmp_path, flag):
     subprocess.run([python, *rest], env=env, check=True, capture_output=True, timeout=60)
     done = subprocess.run([python, flag, *rest], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stderr.strip() == launch.NO_SITECUSTOMIZE
+
+
+def test_a_placeholder_run_where_the_sitecustomize_is_missing_blames_the_install_not_the_flags(tmp_path, monkeypatch):
+    """An install without the sitecustomize (a wheel built without its data files) and a run that skipped it say
+    different things: the placeholder looks for the file when it runs."""
+    from instrumenter import launch
+
+    script, folder = tmp_path / "s.py", tmp_path / "out"
+    script.write_text("print('ran')\n")
+    folder.mkdir()
+    gone = tmp_path / "site" / "sitecustomize.py"
+    monkeypatch.setattr(launch, "RUN_TIME_FILES", (gone, *launch.RUN_TIME_FILES[1:]))
+    pyc = launch.write_placeholder(folder / "instrumentation.json", script)
+    done = subprocess.run([sys.executable, str(pyc)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == f"autoitt: {gone}: {launch.INCOMPLETE_INSTALL}"

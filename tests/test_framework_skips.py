@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from tests.conftest import ROOT
 
@@ -20,11 +21,15 @@ READS_TORCH = "tests/test_options.py::test_torch_scripts_get_emit_itt_and_the_tr
 
 
 def _outcomes(*tests: str) -> dict:
-    """Each test's outcome ("PASSED", "SKIPPED"...) by node id, in a run of the suite taking torch as not installed."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist", *tests],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+    """Each test's outcome ("PASSED", "SKIPPED"...) by node id, in a run of the suite taking torch as not installed.
+    Run from outside the checkout, as the version matrix runs the suite (a Python started in the checkout would
+    import its packages, not the installed autoitt)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), *(str(ROOT / t) for t in tests)],
+                          cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=600,
                           env={**os.environ, "AUTOITT_TESTS_WITHOUT": "torch"})
-    return dict(re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED)\b", done.stdout, re.M))
+    # node ids are shown relative to the working directory: ../work/main/tests/test_exec.py::...
+    return dict(re.findall(r"^\S*?\b(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED)\b", done.stdout, re.M))
 
 
 def test_a_test_running_torch_through_another_modules_helper_is_skipped_and_one_only_reading_it_runs():

@@ -84,6 +84,9 @@ def profile(script: Path, args: Sequence[str], options: ProfileOptions, say: Say
     """
     if not script.is_file():
         files.read_script(script)  # raises the precise error (missing, directory, unreadable)
+    missing = launch.missing_run_time_file()
+    if missing is not None:  # before anything is made: no run could profile
+        raise SourceError(str(missing), launch.INCOMPLETE_INSTALL)
     backend, why = choose_backend(options.backend)
     if options.launcher:
         # run the program found, which may be beside autoitt's interpreter and not on PATH

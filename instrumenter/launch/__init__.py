@@ -19,7 +19,7 @@ import marshal
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 #: Where the launcher writes the script's exit code, one file per process (see ``__main__.py``).
 EXIT_DIR_VARIABLE = "AUTOITT_EXIT_DIR"
@@ -37,14 +37,27 @@ SCRIPT_VARIABLE = "AUTOITT_MAIN_SCRIPT"
 AGAIN_VARIABLE = "AUTOITT_MAIN_AGAIN"
 #: First on PYTHONPATH: its ``sitecustomize.py`` runs in every Python process of the run.
 SITE_DIR = Path(__file__).resolve().with_name("site")
+#: The launcher's files the program's processes read by path, never import (so no import of autoitt's fails first
+#: where one is missing): the sitecustomize, the launcher it loads, and what that loads.
+RUN_TIME_FILES = (SITE_DIR / "sitecustomize.py", SITE_DIR.with_name("__main__.py"), SITE_DIR.with_name("copies.py"))
 
 __all__ = ["AGAIN_VARIABLE", "ENTRY_VARIABLE", "EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_VARIABLE", "MAIN_VARIABLE",
-           "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "main_file", "write_placeholder"]
+           "RUN_TIME_FILES", "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "missing_run_time_file", "main_file",
+           "write_placeholder"]
 
 #: What the placeholder .pyc says (the launcher's NO_SITECUSTOMIZE, which a test holds equal).
 NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitecustomize (python -E, -I or -S, or a "
                     "launcher that does not pass PYTHONPATH and the AUTOITT_ variables on to the script's process); "
                     "run the script's processes without those flags")
+#: Why an install cannot profile where one of :data:`RUN_TIME_FILES` is missing (a wheel built without its data files).
+INCOMPLETE_INSTALL = ("this file of autoitt's is missing, and every process of the profiled program runs it: "
+                      "autoitt's installation is incomplete; reinstall autoitt (pip install --force-reinstall "
+                      "autoitt, or the wheel or sdist you installed it from, rebuilt from this release)")
+
+
+def missing_run_time_file() -> Optional[Path]:
+    """The first of :data:`RUN_TIME_FILES` this install lacks (see :data:`INCOMPLETE_INSTALL`), or None."""
+    return next((path for path in RUN_TIME_FILES if not path.is_file()), None)
 
 
 def main_file(instrumentation: Path, script: Path) -> Path:
@@ -76,8 +89,12 @@ def environment(base: Mapping[str, str], script: Path, instrumentation: Path) ->
 
 def write_placeholder(instrumentation: Path, script: Path) -> Path:
     """Write the .pyc as it is before the main process writes the copy's code there: a program that exits 1
-    saying autoitt's sitecustomize did not run (rather than ``can't open file``). Returns its path."""
+    saying autoitt's sitecustomize did not run (rather than ``can't open file``), and why: the flags or launcher
+    that kept it out, or an install that lacks it. Returns its path."""
     path = main_file(instrumentation, script)
-    code = compile(f"__import__('sys').exit({NO_SITECUSTOMIZE!r})", str(script), "exec", dont_inherit=True)
+    site = RUN_TIME_FILES[0]
+    why = f"({NO_SITECUSTOMIZE!r} if __import__('os').path.isfile({str(site)!r}) else " \
+          f"{f'autoitt: {site}: {INCOMPLETE_INSTALL}'!r})"
+    code = compile(f"__import__('sys').exit{why}", str(script), "exec", dont_inherit=True)
     path.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))
     return path
