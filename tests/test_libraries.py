@@ -1,8 +1,10 @@
 """Training inside library calls gets epochs, steps and evals, through the libraries' own callbacks.
 
-End to end: real Keras (TensorFlow CPU), PyTorch Lightning and Hugging Face
-``transformers`` (a tiny BERT built from a config, no download) on a few
-batches, profiled with the built-in collector. In-process: what the callback
+End to end: real Keras (TensorFlow CPU), PyTorch Lightning, Hugging Face
+``transformers`` (a tiny BERT built from a config, no download), trl (its
+SFTTrainer on a tiny GPT-2 with a word-level tokenizer made in the script) and
+Stable-Baselines3 (PPO on gymnasium's CartPole) on a few batches, profiled with
+the built-in collector; the steps recorded are checked against the run's own count. In-process: what the callback
 does to the user's objects and lists, with a recorder standing in for ``itt``.
 """
 
@@ -87,6 +89,57 @@ HF_TRAIN = textwrap.dedent(
     print("evaluated", sorted(metrics)[0])
     """)
 
+TRL_SFT = textwrap.dedent(
+    """\
+    import tempfile
+
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[EOS]": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                        eos_token="[EOS]")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    dataset = Dataset.from_dict({"text": [" ".join(words[(i + j) % 8] for j in range(6)) for i in range(24)]})
+
+
+    class Steps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            print("optimizer step", state.global_step, flush=True)
+
+
+    args = SFTConfig(output_dir=tempfile.mkdtemp(), num_train_epochs=2, per_device_train_batch_size=4, max_length=16,
+                     save_strategy="no", report_to=[], logging_strategy="no", use_cpu=True, disable_tqdm=True)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         callbacks=[Steps()])
+    trainer.train()
+    """)
+
+SB3_PPO = textwrap.dedent(
+    """\
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+
+    class Iterations(BaseCallback):
+        def _on_rollout_start(self):
+            print("iteration", flush=True)
+
+        def _on_step(self):
+            return True
+
+
+    mine = [Iterations()]
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu")
+    model.learn(total_timesteps=256, callback=mine)
+    print("timesteps", model.num_timesteps, "callbacks still", len(mine))
+    """)
+
 
 def _profile(tmp_path, script, *options):
     (tmp_path / "train.py").write_text(script)
@@ -142,6 +195,25 @@ def test_hugging_face_train_records_its_epochs_steps_and_evaluations(tmp_path):
     # an evaluation per epoch, then evaluate(): 2 batches each
     assert counts["eval_loop"] == 3 and counts["eval"] == 3 * 2 and counts["evaluate"] == 1
     assert "evaluated epoch" in stderr
+
+
+@pytest.mark.slow
+def test_a_trl_trainer_records_its_epochs_and_optimizer_steps(tmp_path):
+    summary, counts, stderr, _ = _profile(tmp_path, TRL_SFT)
+    printed = stderr.count("optimizer step")  # the run's own count, from its own callback
+    assert printed == 2 * (24 // 4)
+    assert counts["train"] == 1 and counts["epoch"] == 2 and counts["step"] == printed
+    assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", printed)]
+
+
+@pytest.mark.slow
+def test_stable_baselines3_learn_records_a_step_per_rollout_and_update(tmp_path):
+    summary, counts, stderr, _ = _profile(tmp_path, SB3_PPO)
+    iterations = stderr.count("iteration")  # the run's own count, from its own callback
+    assert iterations == 256 // 64
+    assert counts["learn"] == 1 and counts["step"] == iterations
+    assert [(s["label"], s["count"]) for s in summary["steps"]] == [("step", iterations)]
+    assert "timesteps 256 callbacks still 1" in stderr  # the user's list is as it was
 
 
 @pytest.mark.slow
@@ -245,7 +317,7 @@ def test_an_object_of_another_library_stays_one_task_and_says_so_once(capsys):
         with libraries.attach(itt, estimator, "fit", None):
             assert estimator.fit(3) == 3
     assert itt.calls == []
-    assert capsys.readouterr().err.count("Estimator.fit(): not a Keras, Lightning, Hugging Face or ignite object") == 1
+    assert capsys.readouterr().err.count("Estimator.fit(): not a Keras, Lightning, Hugging Face, ignite or Stable-Baselines3 object") == 1
 
 
 def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(capsys):
@@ -259,6 +331,38 @@ def test_a_library_whose_callbacks_cannot_be_imported_leaves_the_call_as_it_is(c
         assert model.fit(3) == (3, None)
     assert itt.calls == [] and "fit" not in vars(model)
     assert "Model.fit(): no callback could be made (ModuleNotFoundError" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def ppo():
+    sb3 = pytest.importorskip("stable_baselines3")
+    return lambda: sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["none", "function", "callback", "list"])
+def test_stable_baselines3_gets_autoitts_callback_beside_the_users_in_any_form(ppo, given):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    seen = []
+
+    class Mine(BaseCallback):
+        def _on_step(self):
+            seen.append("callback")
+            return True
+
+    def function(locals_, globals_):
+        seen.append("function")
+        return True
+
+    users = {"none": None, "function": function, "callback": Mine(), "list": [Mine()]}[given]
+    model, itt = ppo(), StandInItt()
+    with libraries.attach(itt, model, "learn", None):
+        model.learn(total_timesteps=64, callback=users)
+    assert itt.calls == [("begin", "step"), ("end", None)] * 2  # 64 timesteps: two rollouts of 32, each updated
+    assert len(seen) == (0 if given == "none" else 64)  # the user's callback ran at every environment step
+    assert given != "list" or len(users) == 1  # the user's list is as it was
+    assert "learn" not in vars(model)
 
 
 @pytest.mark.slow
@@ -282,6 +386,11 @@ def test_the_copy_runs_a_library_call_inside_the_library_context():
     assert 'with itt.library(model, "evaluate", _autoitt_domain):' in copy
 
 
+def test_the_copy_runs_stable_baselines3s_learn_inside_the_library_context():
+    copy = instrument_source(b"model.learn(total_timesteps=1000)\n", "t.py").output.decode()
+    assert 'with itt.library(model, "learn", _autoitt_domain):' in copy
+
+
 def test_a_trainer_made_in_the_call_stays_one_task_with_a_note():
     result = instrument_source(b"Trainer(max_epochs=2).fit(model)\n", "t.py")
     assert b"itt.library(" not in result.output
@@ -292,3 +401,21 @@ def test_library_steps_are_step_labels_so_windows_and_step_tables_count_them():
     result = instrument_source(b"model.fit(x, y)\n", "t.py", Mode(steps=3))
     assert result.step_labels == (libraries.STEP,)
     assert b'step_tasks=("step",)' in result.output
+
+
+def test_a_library_call_that_stays_one_task_says_why_in_the_summary(tmp_path):
+    """Two calls of another library's trainer: one autoitt gives no callback (its method is not one it covers),
+    one whose object takes none at run time (not an object of a library autoitt has callbacks for)."""
+    (tmp_path / "trainerlib.py").write_text(
+        "class Trainer:\n    def run(self):\n        return 1\n\n    def fit(self, x):\n        return x\n")
+    (tmp_path / "train.py").write_text(
+        "from trainerlib import Trainer\n\ntrainer = Trainer()\ntrainer.run()\nmodel = Trainer()\nmodel.fit(3)\n")
+    done = autoitt("profile", "--backend", "builtin", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = " ".join(done.stdout.split())  # the summary, its lines joined
+    assert ("`trainer` (train.py:4) ran as one task, its epochs and steps not marked: trainer.run() stays one task: "
+            "autoitt knows no callbacks for it") in shown
+    assert ("`fit` (train.py:6) ran as one task, no epoch or step recorded inside it: its object is not of a library "
+            "autoitt has callbacks for") in shown
+    assert "autoitt: Trainer.fit(): not a Keras, Lightning, Hugging Face, ignite or Stable-Baselines3 object" \
+        in done.stderr

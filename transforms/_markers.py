@@ -90,10 +90,10 @@ EMIT_ITT = ("autograd", "profiler", "emit_itt")
 #: (``train``/``eval``) is given where the method's name does not say it (an ignite engine's ``run``).
 LIBRARY_CALL = "library"
 #: The methods whose callbacks it covers (Keras fit/evaluate/predict, Lightning fit/validate/test/predict,
-#: Hugging Face train/evaluate/predict): those that train, those that evaluate or predict (which
+#: Hugging Face train/evaluate/predict, Stable-Baselines3 learn): those that train, those that evaluate or predict (which
 #: detection also takes as eval calls), and the task name of the training ones' steps
 #: (instrumenter.runtime.libraries.STEP).
-LIBRARY_TRAINING = ("fit", "train")
+LIBRARY_TRAINING = ("fit", "train", "learn")
 LIBRARY_EVALUATION = ("evaluate", "validate", "test", "predict")
 LIBRARY_METHODS = LIBRARY_TRAINING + LIBRARY_EVALUATION
 LIBRARY_STEP = "step"

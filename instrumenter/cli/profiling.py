@@ -256,4 +256,12 @@ def _record(item: ProjectFile, runs) -> FileRecord:
                       line_map=result.line_map,
                       frameworks=tuple(name for name, used in (("torch", result.detection.uses_torch),
                                                                ("tensorflow", result.detection.uses_tensorflow))
-                                       if used))
+                                       if used),
+                      one_task=_one_task_calls(result) if result.outcome is Outcome.INSTRUMENTED else ())
+
+
+def _one_task_calls(result) -> Tuple[Tuple[int, str], ...]:
+    """(line, why) of the library calls the copy gives no callback: detection's note at the call's line."""
+    said = {note.line: note.message for note in result.plan.notes if note.line is not None}
+    return tuple((region.line, said.get(region.line, "autoitt has no callbacks for it"))
+                 for region in result.regions if region.kind == "call" and region.library is None)

@@ -34,8 +34,10 @@ Format (version 1), a JSON object::
                                            # line_map maps to (and tracebacks show)
         "cells": null,                     # a notebook: [[first program line, cell index, cell id], ...]
         "frameworks": ["torch"],           # what it imports of torch, tensorflow (keras counts as tensorflow)
-        "operators_in": ["eval", "step"]}]}  # --torch-ops sampled: the iteration tasks whose sampled
+        "operators_in": ["eval", "step"],  # --torch-ops sampled: the iteration tasks whose sampled
                                            # iterations record PyTorch's operators (else [])
+        "one_task": [[6, "trainer.run() stays one task: ..."]]}]}  # [line, why] of each library call the
+                                           # copy gives no callback (a record from before: none listed)
 
 ``line_map`` maps lines of ``runs`` to lines of ``path`` (of ``program``, for a notebook); see
 :class:`transforms.LineMap` (every line not listed in ``inserted`` is the next
@@ -84,6 +86,8 @@ class FileRecord:
     frameworks: Tuple[str, ...] = ()
     tasks: Tuple[RegionTasks, ...] = ()
     operators_in: Tuple[str, ...] = ()
+    #: (line, why) of each library call whose copy gives the library no callback: it runs as one task
+    one_task: Tuple[Tuple[int, str], ...] = ()
 
     @property
     def instrumented(self) -> bool:
@@ -97,7 +101,7 @@ class FileRecord:
                 "line_map": self.line_map.to_json(), "program": self.program,
                 "cells": [list(cell) for cell in self.cells] if self.cells is not None else None,
                 "frameworks": list(self.frameworks), "tasks": [task.to_json() for task in self.tasks],
-                "operators_in": list(self.operators_in)}
+                "operators_in": list(self.operators_in), "one_task": [list(call) for call in self.one_task]}
 
     @classmethod
     def from_json(cls, data: dict) -> "FileRecord":
@@ -108,7 +112,8 @@ class FileRecord:
                    line_map=LineMap.from_json(data["line_map"]), program=data.get("program"),
                    cells=tuple(tuple(cell) for cell in data["cells"]) if data.get("cells") is not None else None,
                    frameworks=tuple(data.get("frameworks", ())), tasks=_tasks(data),
-                   operators_in=tuple(data.get("operators_in", ())))
+                   operators_in=tuple(data.get("operators_in", ())),
+                   one_task=tuple((int(line), str(why)) for line, why in data.get("one_task", ())))
 
     def place(self, line: int) -> Place:
         """Where a line of ``path`` (of ``program``, for a notebook) is in the file: its cell and line in it, as

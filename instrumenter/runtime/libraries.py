@@ -18,6 +18,10 @@ copy's ``itt`` (so a collection window counts these steps too):
 * Hugging Face ``Trainer``: ``add_callback``/``remove_callback`` for epochs and
   steps; its ``prediction_step`` and ``evaluate`` are wrapped on the instance
   for eval batches and eval runs (its callbacks have no "before" for them);
+* Stable-Baselines3 ``model.learn(...)``: the method wrapped on the instance,
+  as Keras's, so the callback joins the call's ``callback`` argument (a new
+  list holding the user's callback, list or function, then autoitt's); a step
+  is one iteration of its loop: a rollout, then the update that follows it;
 * pytorch-ignite engines (``trainer.run(...)``, ``evaluator.run(...)``, the
   role given by the copy, since the method is the same): handlers on the
   engine's own events, the "started" ones run before the user's handlers of the
@@ -59,6 +63,7 @@ _LIBRARIES = (
     ("tensorflow.python.keras.", "keras", "tensorflow.python.keras"),
     ("lightning.pytorch.", "lightning", "lightning.pytorch"), ("pytorch_lightning.", "lightning", "pytorch_lightning"),
     ("transformers.", "transformers", "transformers"), ("ignite.", "ignite", "ignite"),
+    ("stable_baselines3.", "stable_baselines3", "stable_baselines3.common.callbacks"),
 )
 
 #: What ``role`` a copy gives ``attach`` where the method's name does not say it.
@@ -108,7 +113,8 @@ def attach(itt: Any, receiver: Any, method: str, domain: Any, role: Optional[str
     undo: Optional[Callable[[], None]] = None
     found = library_of(receiver)
     if found is None:
-        _note(receiver, method, "not a Keras, Lightning, Hugging Face or ignite object: the call is one task")
+        _note(receiver, method, "not a Keras, Lightning, Hugging Face, ignite or Stable-Baselines3 object: the call "
+                                "is one task")
     else:
         library, package = found
         try:
@@ -167,30 +173,46 @@ def _set_on_instance(receiver: Any, name: str, value: Any) -> Callable[[], None]
 
 def _keras(model: Any, method: str, role: Optional[str], tasks: _Tasks, package: str) -> Callable[[], None]:
     callback = _callback(importlib.import_module(f"{package}.callbacks").Callback, tasks, _KERAS_HOOKS)
-    original = getattr(model, method)
+
+    def joined(given: Any) -> Any:
+        if given is None or isinstance(given, (list, tuple)):
+            return [*(given or ()), callback]  # a new list: the user's stays as it is
+        _note(model, method, f"callbacks given as a {type(given).__name__}, not a list: the call is one task")
+        return _AS_GIVEN
+    return _join_argument(model, method, "callbacks", joined)
+
+
+#: What a ``join`` of :func:`_join_argument` returns to leave the call as it is.
+_AS_GIVEN = object()
+
+
+def _join_argument(receiver: Any, method: str, parameter: str, join: Callable[[Any], Any]) -> Callable[[], None]:
+    """Wrap ``receiver.method`` on the instance so that each call's ``parameter`` (given positionally, by keyword
+    or through ``**kwargs``; None when not given) is replaced by ``join(given)`` (or kept, for :data:`_AS_GIVEN`);
+    the undo."""
+    original = getattr(receiver, method)
     try:
         signature = inspect.signature(original)
     except (TypeError, ValueError):
         raise _CannotAttach("its signature cannot be read") from None
-    if "callbacks" not in signature.parameters:
-        raise _CannotAttach("it takes no callbacks")
+    if parameter not in signature.parameters:
+        raise _CannotAttach(f"it takes no {parameter}")
 
-    def with_callback(*args, **kwargs) -> Optional[Tuple[tuple, dict]]:
-        """The call's arguments with the callback joined, or None: the call as it is."""
+    def with_joined(*args, **kwargs) -> Optional[Tuple[tuple, dict]]:
+        """The call's arguments with the join made, or None: the call as it is."""
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError:
-            return None  # the call is wrong: let Keras say so, as without autoitt
-        given = bound.arguments.get("callbacks")
-        if given is None or isinstance(given, (list, tuple)):
-            bound.arguments["callbacks"] = [*(given or ()), callback]  # a new list: the user's stays as it is
-            return bound.args, bound.kwargs
-        _note(model, method, f"callbacks given as a {type(given).__name__}, not a list: the call is one task")
-        return None
+            return None  # the call is wrong: let the library say so, as without autoitt
+        value = join(bound.arguments.get(parameter))
+        if value is _AS_GIVEN:
+            return None
+        bound.arguments[parameter] = value
+        return bound.args, bound.kwargs
 
-    # Rebound (C) calls fit itself once the arguments are made: no frame of autoitt's is under the fit, so the
-    # user's callbacks, and what fit raises, see the stack they see without autoitt.
-    return _set_on_instance(model, method, around_module().Rebound(original, with_callback))
+    # Rebound (C) calls the method itself once the arguments are made: no frame of autoitt's is under it, so the
+    # user's callbacks, and what the method raises, see the stack they see without autoitt.
+    return _set_on_instance(receiver, method, around_module().Rebound(original, with_joined))
 
 
 #: hook -> (what it does, the task): epochs, training batches, and evaluation/prediction runs and batches.
@@ -261,8 +283,9 @@ _TRANSFORMERS_HOOKS = {
 }
 
 
-def _callback(base: type, tasks: _Tasks, hooks: Dict[str, Tuple[str, str]]) -> Any:
-    """An instance of a subclass of the library's callback ``base`` whose ``hooks`` begin or end tasks.
+def _callback(base: type, tasks: _Tasks, hooks: Dict[str, Tuple[str, str]], **more: Any) -> Any:
+    """An instance of a subclass of the library's callback ``base`` whose ``hooks`` begin or end tasks (and
+    with ``more`` in its class: what the library requires of every callback).
 
     Hooks take any arguments: each library calls them its own way, and only the moment matters.
     """
@@ -274,6 +297,7 @@ def _callback(base: type, tasks: _Tasks, hooks: Dict[str, Tuple[str, str]]) -> A
         return run
 
     namespace = {name: hook(action, task) for name, (action, task) in hooks.items()}
+    namespace.update(more)
     namespace["__doc__"] = "autoitt's tasks for the epochs, steps and evaluations of one call."
     return type("AutoittTasks", (base,), namespace)()
 
@@ -326,4 +350,39 @@ _IGNITE_EVENTS = {
 }
 
 
-_ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers, "ignite": _ignite}
+# -- Stable-Baselines3 ---------------------------------------------------------------------------
+
+def _stable_baselines3(model: Any, method: str, role: Optional[str], tasks: _Tasks,
+                       package: str) -> Callable[[], None]:
+    callbacks = importlib.import_module(package)
+    # Its loop (on- and off-policy alike): on_training_start, then per iteration a rollout (on_rollout_start ...
+    # on_rollout_end) and the update that follows it, then on_training_end. A step runs from one rollout's start to
+    # the next one's (or the training's end), so the update is in the step it belongs to.
+    def next_step(self) -> None:
+        tasks.end(STEP)  # the iteration before, if one is open
+        tasks.begin(STEP)
+
+    callback = _callback(callbacks.BaseCallback, tasks, _STABLE_BASELINES3_HOOKS, _on_step=_go_on,
+                         _on_rollout_start=next_step)
+
+    def joined(given: Any) -> Any:
+        if given is None:
+            return callback
+        if isinstance(given, list):
+            return [*given, callback]  # a new list: the user's stays as it is
+        if isinstance(given, callbacks.BaseCallback):
+            return [given, callback]
+        # a function (locals, globals) -> bool: what the method itself would have made of it
+        return [callbacks.ConvertCallback(given), callback]
+    return _join_argument(model, method, "callback", joined)
+
+
+def _go_on(self) -> bool:
+    """A callback's every-environment-step hook, which SB3 requires: True, training goes on."""
+    return True
+
+
+_STABLE_BASELINES3_HOOKS = {"_on_training_end": ("end", STEP)}
+
+
+_ATTACH = {"stable_baselines3": _stable_baselines3, "keras": _keras, "lightning": _lightning, "transformers": _transformers, "ignite": _ignite}

@@ -7,10 +7,11 @@ rewrite marked; nothing here reads a trace.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ...profile.console import duration
 from ...profile.instrumentation import Instrumentation
+from ...runtime.libraries import EPOCH, STEP
 from ..statistics.summary import BuiltinSummary
 
 #: A part of the run worth a note, as a share of it.
@@ -88,6 +89,29 @@ def split_notes(split: Optional[dict], elapsed_s: Optional[float]) -> List[str]:
     return notes
 
 
+def one_task_calls(instrumentation: Instrumentation, counted: Dict[Tuple[str, str], int]) -> List[str]:
+    """Why each library call that ran stayed one task, with no epoch or step of its own: autoitt gave its library
+    no callback (detection's reason), or the library took none (an object of a library autoitt has no callbacks
+    for: the run's output has the line autoitt printed then)."""
+    found = []
+    for file in instrumentation.files:
+        plain = dict(file.one_task)
+        inside = sum(counted.get((file.domain, label), 0) for label in (*file.step_labels, STEP, EPOCH))
+        for region in file.regions:
+            line, label = region["line"], region["label"]
+            if region["role"] not in ("train-call", "eval") or not counted.get((file.domain, label)):
+                continue  # a loop, or a call that did not run
+            if line in plain:
+                found.append(f"`{label}` ({file.relative}:{line}) ran as one task, its epochs and steps not marked: "
+                             f"{plain[line]}")
+            elif region["role"] == "train-call" and not inside:
+                found.append(f"`{label}` ({file.relative}:{line}) ran as one task, no epoch or step recorded inside "
+                             "it: its object is not of a library autoitt has callbacks for (Keras, Lightning, "
+                             "Hugging Face and trl, ignite, Stable-Baselines3), or the library took none; the "
+                             "run's output has the line autoitt printed when the call began, saying which")
+    return found
+
+
 def notes(summary: BuiltinSummary, instrumentation: Optional[Instrumentation]) -> List[str]:
     """Every note for ``summary``, most telling first."""
     found = contention_note(summary.machine, summary.steps) + split_notes(summary.run_split, summary.elapsed_s)
@@ -102,6 +126,7 @@ def notes(summary: BuiltinSummary, instrumentation: Optional[Instrumentation]) -
     if instrumentation is None:
         return found
     counted = {(task.domain, task.name): task.count for task in summary.tasks}
+    found += one_task_calls(instrumentation, counted)
     for file in instrumentation.files:
         for region in file.regions:
             if (region.get("role") == "eval" and summary.steps
