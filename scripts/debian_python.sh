@@ -21,7 +21,17 @@ root="${AUTOITT_PYTHONS:-$HOME/.cache/autoitt-pythons}"
 mirror="${AUTOITT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 here="$root/$version"
 venv="$here/venv"
+# pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>, which the system's include folders lack: linked
+# beside it, in the interpreter's own include folder, which every build's compile line has (an isolated build's
+# venv too: `python -m build`, pip's build isolation)
+link_multiarch_headers() {
+    local include="$here/root/usr/include/python$version"
+    if [[ -d "$include" && ! -e "$include/x86_64-linux-gnu" ]]; then
+        ln -s "$here/root/usr/include/x86_64-linux-gnu" "$include/x86_64-linux-gnu"
+    fi
+}
 if [[ -x "$venv/bin/python" && -f "$here/.ready" ]]; then
+    link_multiarch_headers  # a folder set up before this link was made
     echo "$venv/bin/python"
     exit 0
 fi
@@ -90,10 +100,7 @@ fi
 "$patchelf" --set-interpreter "$libs/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libs" "$python_bin"
 
 "$python_bin" -m venv --without-pip "$venv"
-# pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>, which the system's include folders lack;
-# the venv's include folder is on every extension's compile line, so the unpacked one is linked there
-mkdir -p "$venv/include"
-ln -s "$here/root/usr/include/x86_64-linux-gnu" "$venv/include/x86_64-linux-gnu"
+link_multiarch_headers
 # Debian's ensurepip looks for its wheels in the system's folder; pip is taken from the unpacked one
 pip_wheel="$(ls "$here/root/usr/share/python-wheels/"pip-*.whl | head -1)"
 "$venv/bin/python" "$pip_wheel/pip" install --quiet --no-index "$pip_wheel"

@@ -43,6 +43,14 @@ def python() -> str:
     return sys.executable
 
 
+# TensorFlow, then triton (which torch's default build loads with its compiler: an optimizer's construction imports
+# torch._dynamo) in one process crashes at import, without autoitt: `python -c "import tensorflow; import triton"`
+# segfaults on CPython 3.13 with tensorflow-cpu 2.21 and triton 3.7.1; the other order runs. The in-process tests
+# import both, in whatever order xdist hands them to a worker, so triton comes first.
+if importlib.util.find_spec("triton") is not None and importlib.util.find_spec("tensorflow") is not None:
+    import triton  # noqa: F401
+
+
 # --------------------------------------------------------------------------- frameworks a test runs
 
 #: The frameworks tests run scripts with, all in the test extra. The version matrix (scripts/version_matrix.sh)

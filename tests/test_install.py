@@ -61,10 +61,11 @@ def dists(tmp_path_factory):
 def _fresh_venv(folder: Path, dist: Path) -> Path:
     """A new venv with ``dist`` installed by pip, not editable, and the suite's frameworks after its own packages
     (written after the install, so pip installs every dependency autoitt declares). Its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
+    # without pip of its own (Debian's interpreters have no ensurepip wheel): the suite's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=300)
     python = folder / "bin" / "python"
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(dist)],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                           "--disable-pip-version-check", str(dist)], capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                          check=True, capture_output=True, text=True).stdout.strip()
@@ -177,8 +178,11 @@ def test_the_matrix_runs_the_suite_against_the_installed_autoitt_not_the_checkou
     import instrumenter
     import transforms
 
-    assert not any(Path(module.__file__).resolve().is_relative_to(ROOT) for module in (instrumenter, transforms))
+    # (the matrix's venvs live in the checkout's .pythons/: its package folders are what must not be imported)
+    checkout = (ROOT / "instrumenter", ROOT / "transforms")
+    assert not any(Path(module.__file__).resolve().is_relative_to(folder)
+                   for module in (instrumenter, transforms) for folder in checkout)
     # and so do the Pythons the suite starts, from its working directory
     where = subprocess.run([sys.executable, "-c", "import instrumenter; print(instrumenter.__file__)"], check=True,
                            capture_output=True, text=True).stdout.strip()
-    assert not Path(where).resolve().is_relative_to(ROOT)
+    assert not Path(where).resolve().is_relative_to(checkout[0])
