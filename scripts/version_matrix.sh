@@ -26,6 +26,7 @@ versions=("$@")
 # root's home
 export AUTOITT_PYTHONS="${AUTOITT_PYTHONS:-$PWD/.pythons}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+failed=()
 for version in "${versions[@]}"; do
     if [[ -x "$version" && ! -d "$version" ]]; then
         given="$version"
@@ -71,6 +72,13 @@ PY
     "$python" -m pip list 2>/dev/null \
         | grep -i -E '^(torch|tensorflow[-_]cpu|keras|jax|flax|transformers|deepspeed|stable[-_]baselines3|trl) ' \
         | awk '{printf "   %s %s\n", $1, $2}'
-    (cd "$here/suite" && AUTOITT_SUITE_INSTALLED=1 "$python" -m pytest -q -n 2 -p no:cacheprovider \
-        --rootdir "$checkout" -c "$checkout/pyproject.toml" "$checkout/tests")
+    # every version runs, whatever the one before gave; the matrix fails if any did
+    if ! (cd "$here/suite" && AUTOITT_SUITE_INSTALLED=1 "$python" -m pytest -q -n 2 -p no:cacheprovider \
+              --rootdir "$checkout" -c "$checkout/pyproject.toml" "$checkout/tests"); then
+        failed+=("$version")
+    fi
 done
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "version_matrix.sh: the suite failed on CPython ${failed[*]}" >&2
+    exit 1
+fi

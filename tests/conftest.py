@@ -43,6 +43,16 @@ def python() -> str:
     return sys.executable
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now, for a run's rendezvous: launchers default to one port (29500), and two tests
+    of ranks running at once in other xdist workers would meet in it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # TensorFlow, then triton (which torch's default build loads with its compiler: an optimizer's construction imports
 # torch._dynamo) in one process crashes at import, without autoitt: `python -c "import tensorflow; import triton"`
 # segfaults on CPython 3.13 with tensorflow-cpu 2.21 and triton 3.7.1; the other order runs. The in-process tests

@@ -19,6 +19,7 @@ import textwrap
 
 import pytest
 
+from tests.conftest import free_port
 from tests.test_processes import PATH_WITHOUT_BIN, _profile_ranks
 from tests.test_profile import autoitt
 
@@ -114,7 +115,7 @@ def test_a_jit_compiled_jax_step_called_from_a_python_loop_is_recorded_step_by_s
 
 @pytest.mark.slow
 def test_a_deepspeed_engines_steps_on_cpu_are_recorded(tmp_path):
-    summary, done = _profile(tmp_path, DEEPSPEED_TRAIN, env={"TEST_PORT": str(29500 + os.getpid() % 1000)})
+    summary, done = _profile(tmp_path, DEEPSPEED_TRAIN, env={"TEST_PORT": str(free_port())})
     printed = _counted(r"^rank 0 step (\d+) loss", done.stderr)
     assert [int(n) for n in printed] == list(range(1, 13))  # engine.global_steps: the engine's own count
     assert _steps(summary) == [("step", len(printed))]
@@ -124,7 +125,8 @@ def test_a_deepspeed_engines_steps_on_cpu_are_recorded(tmp_path):
 @pytest.mark.skipif(shutil.which("deepspeed", path=os.path.dirname(sys.executable)) is None, reason="no deepspeed")
 def test_a_deepspeed_engines_steps_in_two_ranks_are_recorded_per_rank(tmp_path):
     (tmp_path / "train.py").write_text(DEEPSPEED_TRAIN)
-    summary, done = _profile_ranks(tmp_path, "deepspeed --num_gpus 2", env={"PATH": PATH_WITHOUT_BIN})
+    summary, done = _profile_ranks(tmp_path, f"deepspeed --num_gpus 2 --master_port {free_port()}",
+                                   env={"PATH": PATH_WITHOUT_BIN})
     for rank in (0, 1):
         assert [int(n) for n in _counted(rf"rank {rank} step (\d+) loss", done.stderr)] == list(range(1, 13))
     assert [(rank["rank"], _steps(rank)) for rank in summary["ranks"]] == [(0, [("step", 12)]), (1, [("step", 12)])]

@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from tests.conftest import free_port
 from tests.gloo_exit import past_gloos_exit_abort
 from tests.test_profile import autoitt
 
@@ -239,7 +240,8 @@ def test_accelerate_launch_ranks_with_a_launcher_found_beside_the_interpreter(tm
     ``accelerate`` is not on PATH: it is found beside the interpreter running autoitt."""
     assert shutil.which("accelerate", path=PATH_WITHOUT_BIN) is None
     _, done = _ddp_ranks_through(tmp_path, "accelerate launch --multi_gpu --num_processes 2 --num_machines 1 "
-                                           "--mixed_precision no --dynamo_backend no", "--epochs", "1")
+                                           f"--main_process_port {free_port()} --mixed_precision no "
+                                           "--dynamo_backend no", "--epochs", "1")
     assert done.stderr.count(f"done {sys.executable} ['--epochs', '1']") == 2
 
 
@@ -248,7 +250,7 @@ def test_deepspeed_ranks_and_the_local_rank_it_gives_the_script(tmp_path):
     """The DeepSpeed launcher on CPUs (--num_gpus 2: two ranks, gloo); the script still gets ``--local_rank=N``
     ahead of its arguments, as deepspeed gives it, though autoitt tells deepspeed --no_local_rank (so that it runs
     autoitt's interpreter with no script of its own in front) and passes the rank on itself."""
-    _, done = _ddp_ranks_through(tmp_path, "deepspeed --num_gpus 2", "--epochs", "1")
+    _, done = _ddp_ranks_through(tmp_path, f"deepspeed --num_gpus 2 --master_port {free_port()}", "--epochs", "1")
     for rank in (0, 1):
         assert f"done {sys.executable} ['--local_rank={rank}', '--epochs', '1']" in done.stderr
 
