@@ -223,30 +223,49 @@ def test_the_copy_sees_the_originals_file_argv_and_path(tmp_path):
     assert "data 1" in done.stdout
 
 
-def test_dataloader_workers_write_their_own_files(tmp_path):
+WORKERS = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def main():
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+        loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context=CONTEXT)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        print("done")
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_dataloader_workers_started_the_default_way_are_sampled_in_their_own_processes(tmp_path):
+    """The default start method: fork up to 3.13, forkserver from 3.14. A forkserver's workers inherit no profiler
+    state (they make no ITT call, so they write no trace file), but their CPU time is sampled, each in its own file."""
     script = tmp_path / "workers.py"
-    script.write_text(textwrap.dedent(
-        """
-        import torch
-        from torch.utils.data import DataLoader, TensorDataset
+    script.write_text(WORKERS.replace("CONTEXT", "None"))
+    folder = tmp_path / "out"
+    done = autoitt("profile", "--json", "-r", str(folder), str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert task_count(summary, "autoitt.workers", "step") == 8
+    assert summary["sampling"]["processes"] >= 3  # the script and its two workers (and a forkserver, on 3.14)
+    assert len(list((folder / "itt").glob("samples-*.bin"))) == summary["sampling"]["processes"]
 
-        def main():
-            torch.manual_seed(0)
-            data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
-            loader = DataLoader(data, batch_size=4, num_workers=2)
-            model = torch.nn.Linear(4, 1)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                optimizer.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                loss.backward()
-                optimizer.step()
-            print("done")
 
-        if __name__ == "__main__":
-            main()
-        """
-    ))
+def test_dataloader_workers_write_their_own_files(tmp_path):
+    """Forked workers (the default up to 3.13) inherit PyTorch's profiler and record their operators (the batches'
+    collation) as tasks, each in a trace file of its own."""
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS.replace("CONTEXT", '"fork"'))
     folder = tmp_path / "out"
     # every operator: the workers' own (the batches' collation) are then tasks in their own files; sampled, the
     # default, records operators inside the steps the rule picks, which run in the main process
