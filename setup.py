@@ -74,9 +74,8 @@ class build_ext_with_formats(build_ext):
                       "with, or $CC)"
         if problem:
             raise CompileError(f"autoitt: cannot compile its C parts (the ITT collector, the trace reader, the "
-                               f"copies' markers): {problem}. Install a C compiler and this Python's headers, then install "
-                               f"autoitt again. "
-                               f"{_WHAT_TO_INSTALL}")
+                               f"copies' markers): {problem}. Install a C compiler and this Python's headers, then "
+                               f"install autoitt again. {_WHAT_TO_INSTALL}")
         super().build_extensions()
 
 

@@ -42,8 +42,8 @@ SITE_DIR = Path(__file__).resolve().with_name("site")
 RUN_TIME_FILES = (SITE_DIR / "sitecustomize.py", SITE_DIR.with_name("__main__.py"), SITE_DIR.with_name("copies.py"))
 
 __all__ = ["AGAIN_VARIABLE", "ENTRY_VARIABLE", "EXIT_DIR_VARIABLE", "FAULT_FILE", "INSTRUMENTATION_VARIABLE", "MAIN_VARIABLE",
-           "RUN_TIME_FILES", "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "missing_run_time_file", "main_file",
-           "write_placeholder"]
+           "RUN_TIME_FILES", "SCRIPT_VARIABLE", "SITE_DIR", "command", "environment", "main_file",
+           "missing_run_time_file", "write_placeholder"]
 
 #: What the placeholder .pyc says (the launcher's NO_SITECUSTOMIZE, which a test holds equal).
 NO_SITECUSTOMIZE = ("autoitt: this instrumented copy ran without autoitt's sitecustomize (python -E, -I or -S, or a "

@@ -385,4 +385,5 @@ def _go_on(self) -> bool:
 _STABLE_BASELINES3_HOOKS = {"_on_training_end": ("end", STEP)}
 
 
-_ATTACH = {"stable_baselines3": _stable_baselines3, "keras": _keras, "lightning": _lightning, "transformers": _transformers, "ignite": _ignite}
+_ATTACH = {"keras": _keras, "lightning": _lightning, "transformers": _transformers, "ignite": _ignite,
+           "stable_baselines3": _stable_baselines3}
