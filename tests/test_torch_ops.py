@@ -48,10 +48,16 @@ def test_the_count_of_recorded_iterations_is_the_rule_applied_to_each(sampling):
         assert sampling.count(iterations) == sum(sampling.recorded(i) for i in range(1, iterations + 1)), iterations
 
 
-def test_the_default_rule_records_the_timeline_window_every_20th_iteration_to_200_and_every_500th_after():
+def test_the_default_rule_records_the_first_iteration_the_timeline_window_every_20th_to_200_and_every_500th_after():
     picked = [i for i in range(1, 1501) if OperatorSampling().recorded(i)]
-    assert picked == list(range(2, 12)) + list(range(20, 201, 20)) + [500, 1000, 1500]
-    assert OperatorSampling().describe() == "every 20th iteration to 200 and every 500th after, and iterations 2-11"
+    assert picked == list(range(1, 12)) + list(range(20, 201, 20)) + [500, 1000, 1500]
+    assert OperatorSampling().describe() == "every 20th iteration to 200 and every 500th after, and iterations 1-11"
+
+
+@pytest.mark.parametrize("window, ranges", [(((2, 11),), ((1, 11),)), (((5, 8), (2, 3)), ((1, 3), (5, 8))),
+                                            (((1, 4),), ((1, 4),)), (((30, 40),), ((1, 1), (30, 40)))])
+def test_the_first_iteration_joins_the_ranges_recorded(window, ranges):
+    assert torch_ops.with_first(window) == ranges
 
 
 def test_the_rule_reaches_the_copy_through_its_environment():
@@ -78,7 +84,7 @@ def test_the_runtime_and_the_rewrite_name_the_same_choices():
 def test_a_copy_run_by_hand_records_the_timeline_window_trace_steps_auto_keeps():
     from instrumenter.profile.step_window import AUTO_RANGES
 
-    assert torch_ops.DEFAULT_RANGES == AUTO_RANGES
+    assert torch_ops.DEFAULT_RANGES == torch_ops.with_first(AUTO_RANGES)
 
 
 class Marks:
@@ -329,6 +335,51 @@ def test_each_iteration_task_counts_its_own_iterations():
     assert (sampled["iterations"], sampled["recorded"]) == (16, SAMPLING.count(12) + SAMPLING.count(4))
 
 
+def _renamed(trace, task, operator):
+    return [Event(e.kind, e.pid, e.tid, e.ts + 100_000, e.domain,
+                  {"step": task, "aten::mm": operator}.get(e.name, e.name)) for e in trace.events]
+
+
+def test_each_kind_of_iteration_is_scaled_by_its_own_share():
+    # 40 steps of two aten::mm, 4 evals of two aten::addmm; recorded: 10 of the steps, 2 of the evals. One
+    # factor for both (44 / 12) would count 73 mm for 80, and 15 addmm for 8
+    steps = sampled_trace([100] * 40, picked(40))
+    trace = ProcessTrace(path=Path("itt-10.bin"), pid=10, ppid=1, start_ns=0, wall_start_ns=0,
+                         events=steps.events + _renamed(sampled_trace([100] * 4, picked(4)), "eval", "aten::addmm"))
+    found = aggregate(event_scans([trace]), [DOMAIN], Keep(), start_paused=False)
+    context = read_context(["step"], [DOMAIN], operators_in=["eval", "step"], operator_sampling=SAMPLING.to_json())
+    summary = summarize(found, context)
+    ops = {op.name: op for op in summary.operators}
+    assert (ops["aten::mm"].count, ops["aten::addmm"].count) == (80, 8)
+    assert [(k["task"], k["iterations"], k["measured"]) for k in summary.operator_sampling["kinds"]] == \
+        [("eval", 4, 2), ("step", 40, 10)]
+
+
+def test_a_count_every_measured_iteration_agrees_on_has_no_interval():
+    (mm,) = summary_of(sampled_trace([100] * 20, picked(20))).operators
+    assert mm.count_interval == 0 and mm.self_with_library_interval_s == 0
+
+
+def test_an_operator_whose_time_varies_between_iterations_has_an_interval_around_its_estimate():
+    recorded = sorted(picked(20))
+    held = {n: [("aten::linear", 20 + 10 * at)] for at, n in enumerate(recorded)}  # 20 to 70 ns, one a step
+    summary = summary_of(sampled_trace([200] * 20, set(recorded), held=held))
+    linear = next(op for op in summary.operators if op.name == "aten::linear")
+    assert linear.count == 20 and linear.count_interval == 0
+    assert 0 < linear.self_with_library_interval_s < linear.self_with_library_s
+
+
+def test_a_count_that_varies_between_iterations_is_marked_estimated():
+    recorded = sorted(picked(20))
+    summary = summary_of(sampled_trace([200] * 20, set(recorded), held={recorded[-1]: [("aten::linear", 50)]}))
+    linear = next(op for op in summary.operators if op.name == "aten::linear")
+    assert linear.count_interval > 0
+    console = Console(record=True, width=400)
+    render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
+    rows = [line.split()[:2] for line in console.export_text().splitlines()]
+    assert ["aten::linear", f"~{linear.count}"] in rows
+
+
 def test_each_process_counts_its_own_iterations():
     summary = summary_of(sampled_trace([100] * 12, picked(12), pid=10), sampled_trace([100] * 7, picked(7), pid=11))
     assert (summary.operator_sampling["iterations"], summary.operator_sampling["recorded"]) == (19, 4 + 3)
@@ -368,13 +419,14 @@ def disturbed_run(slow=1000, sampling=SAMPLING):
                                     held={10: [("aten::linear", slow - 120)]}), sampling=sampling)
 
 
-def test_a_recorded_step_far_slower_than_its_peers_is_left_out_of_the_operator_table():
+def test_a_recorded_step_far_slower_than_its_peers_counts_once_as_it_ran():
     summary = disturbed_run()
-    assert (summary.operator_sampling["disturbed"], summary.operator_sampling["left_out"]) == (1, 1)
-    assert summary.operator_sampling["scale"] == pytest.approx(20 / 5)  # 6 recorded, 1 left out
-    assert [op.name for op in summary.operators] == ["aten::mm"], "aten::linear ran only in the step left out"
-    (mm,) = summary.operators
-    assert mm.count == 2 * 20 and round(mm.self_s * 1e9) == 2 * 20 * 10
+    assert (summary.operator_sampling["disturbed"], summary.operator_sampling["as_ran"]) == (1, 1)
+    (kind,) = summary.operator_sampling["kinds"]
+    assert (kind["measured"], kind["as_ran"], kind["scale"]) == (5, 1, pytest.approx(19 / 5))  # 6 recorded
+    ops = {op.name: op for op in summary.operators}
+    assert ops["aten::linear"].count == 1, "ran in step 10 only: not scaled as if every fifth step had"
+    assert ops["aten::mm"].count == 2 * 19 + 3  # step 10 held one more, inside its aten::linear
 
 
 def test_a_recorded_step_far_slower_than_its_peers_is_left_out_of_the_phases():
@@ -391,37 +443,42 @@ def test_a_recorded_step_twice_as_slow_as_its_peers_counts_as_it_ran():
     assert round(linear.self_s * 1e9) == round((200 - 120 - 10) * 20 / 6)  # its own time, less its aten::mm's
 
 
-def test_the_first_recorded_steps_are_warm_up_and_left_out_of_the_operator_table():
+def test_the_first_recorded_steps_are_warm_up_and_count_once_as_they_ran():
     # steps 2 and 3 (the first recorded) take 1000 ns where the later ones take 100; step 2 held an aten::linear
     recorded = picked(20)
     summary = summary_of(sampled_trace([1000, 1000, 1000] + [100] * 17, recorded, held={2: [("aten::linear", 880)]}))
     sampled = summary.operator_sampling
-    assert (sampled["warmup"], sampled["left_out"], sampled["scale"]) == (2, 2, pytest.approx(20 / 4))
-    assert [op.name for op in summary.operators] == ["aten::mm"] and summary.operators[0].count == 2 * 20
+    assert (sampled["warmup"], sampled["as_ran"], sampled["kinds"][0]["scale"]) == (2, 2, pytest.approx(18 / 4))
+    ops = {op.name: op for op in summary.operators}
+    assert ops["aten::linear"].count == 1 and ops["aten::mm"].count == 2 * 20 + 1
     assert summary.steps[0].phase_steps == 4
 
 
-def test_a_disturbed_step_whose_operators_were_not_kept_counts_as_it_ran():
-    # past the keep limit only the timeline's window (steps 2-3 here) keeps other domains' tasks: step 10's
-    # operators are in the statistics, not in the instances, so there is nothing to take out
+def test_a_run_whose_recorded_iterations_were_not_kept_is_scaled_by_one_factor_and_says_so():
+    # past the keep limit only the timeline's window keeps other domains' tasks (none of the recorded steps
+    # here): the operators are in the whole run's statistics only, which cannot tell one kind from another
     trace = sampled_trace([1000 if n == 10 else 100 for n in range(1, 21)], picked(20),
                           held={10: [("aten::linear", 880)]})
     found = aggregate(event_scans([trace]), [DOMAIN], Keep(limit=10, ranges=[(2, 3)]), start_paused=False)
     context = read_context(["step"], [DOMAIN], operators_in=["step"], operator_sampling=SAMPLING.to_json())
     summary = summarize(found, context)
     sampled = summary.operator_sampling
-    assert (sampled["disturbed"], sampled["left_out"], sampled["scale"]) == (1, 0, pytest.approx(20 / 6))
+    assert (sampled["pooled"], sampled["scale"]) == (True, pytest.approx(20 / 6))
     assert "aten::linear" in {op.name for op in summary.operators}
+    assert all(op.self_with_library_interval_s is None for op in summary.operators)
     console = Console(record=True, width=400)
     render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
-    assert "1 outside the timeline's window count as they ran, their operators not kept" in console.export_text()
+    assert "scaled by 3.33 to the whole run (one factor: the recorded iterations' operators were not kept apart)" \
+        in console.export_text()
 
 
-def test_the_summary_says_what_the_operator_table_left_out_and_why(tmp_path):
+def test_the_summary_says_what_each_kind_was_scaled_from_and_what_counted_as_it_ran(tmp_path):
     console = Console(record=True, width=400)
     render(disturbed_run(), console, script="train.py", result_dir=tmp_path, instrumentation=None)
-    assert "1 of them left out (1 disturbed: over 2.5x their median); counts and times are scaled by 4" in \
-        console.export_text()
+    text = console.export_text()
+    assert "(step: 5 of 20 measured, x3.8); 1 recorded counted once as they ran, not scaled (1 disturbed: " \
+           "over 2.5x their median)" in text
+    assert "± is a 95 % interval over the iterations measured" in text
 
 
 def test_a_run_that_recorded_every_step_leaves_none_out():
@@ -502,7 +559,7 @@ def test_the_steps_of_trace_steps_record_their_operators(tmp_path):
     summary, folder = profile(tmp_path, "--trace-steps", "30-33")
     # trace.json keeps the operators of its window; the others recorded (steps 20 and 40) are in the statistics
     assert steps_with_operators(folder) == [30 <= n <= 33 for n in range(1, 46)]
-    assert summary["operator_sampling"]["ranges"] == [[30, 33]] and summary["operator_sampling"]["recorded"] == 6
+    assert summary["operator_sampling"]["ranges"] == [[1, 1], [30, 33]] and summary["operator_sampling"]["recorded"] == 7
 
 
 @pytest.mark.slow

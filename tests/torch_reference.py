@@ -98,6 +98,81 @@ def split(prof, cap: Optional[float] = CAP) -> Dict[str, float]:
     return {name: value / whole for name, value in totals.items()}
 
 
+def operator_table(prof) -> Dict[str, list]:
+    """Per operator (``aten::``, ``autograd::``), its calls and self CPU time (s) over the whole run: what
+    autoitt's operator table is checked against."""
+    return {event.key: [event.count, event.self_cpu_time_total / 1e6] for event in prof.key_averages()
+            if event.key.startswith(("aten::", "autograd::"))}
+
+
+@contextlib.contextmanager
+def operators() -> Iterator[None]:
+    """Runs its block under torch.profiler; prints :func:`operator_table` as JSON on stderr at the end."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield
+    print(json.dumps(operator_table(prof)), file=sys.stderr)
+
+
+class _Clock:
+    """Per function: calls and seconds, forward and backward."""
+
+    def __init__(self) -> None:
+        self.seen: Dict[str, Dict[str, float]] = {}
+
+    def add(self, name: str, part: str, seconds: float) -> None:
+        mine = self.seen.setdefault(name, {"calls": 0, "forward_s": 0.0, "backward_calls": 0, "backward_s": 0.0})
+        mine["calls" if part == "forward" else "backward_calls"] += 1
+        mine[part + "_s"] += seconds
+
+    def wrapped(self, name: str, fn):
+        """``fn`` timed by the clock; its backward too, from the hook on its output's gradient (run by the
+        autograd engine right before the function's backward node) to the hook on its input's (right after
+        it, before the node that made the input): the backward operator and the engine's few microseconds
+        around it."""
+        @functools.wraps(fn)
+        def clocked_call(tensor, *args, **kwargs):
+            start = time.perf_counter()
+            out = fn(tensor, *args, **kwargs)
+            self.add(name, "forward", time.perf_counter() - start)
+            if getattr(out, "requires_grad", False) and getattr(tensor, "requires_grad", False):
+                began = []
+
+                def output_grad(grad):
+                    began.append(time.perf_counter())
+
+                def input_grad(grad):
+                    if began:
+                        self.add(name, "backward", time.perf_counter() - began.pop())
+
+                out.register_hook(output_grad)
+                tensor.register_hook(input_grad)
+            return out
+        return clocked_call
+
+
+def install_clock(names: str) -> None:
+    """The ``torch.nn.functional`` functions ``names`` (comma-separated) timed by the clock (:class:`_Clock`)
+    from now on; ``{name: {calls, forward_s, backward_calls, backward_s}}`` printed as JSON on stderr at the
+    interpreter's exit. A script can call it itself, so that its clock and a profiler see the same run."""
+    import atexit
+
+    from torch.nn import functional
+
+    clock = _Clock()
+    for name in names.split(","):
+        setattr(functional, name, clock.wrapped(name, getattr(functional, name)))
+    atexit.register(lambda: print(json.dumps(clock.seen), file=sys.stderr))
+
+
+@contextlib.contextmanager
+def clocked(names: str) -> Iterator[None]:
+    """Runs its block with :func:`install_clock`."""
+    install_clock(names)
+    yield
+
+
 @contextlib.contextmanager
 def profiled(cap: Optional[float] = CAP) -> Iterator[None]:
     """Runs its block under torch.profiler, closures marked; prints the split as JSON on stderr at the end."""
@@ -183,9 +258,11 @@ def timed() -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    how = profiled
-    if sys.argv[1] == "--timed":
-        how = timed
+    how = {"--timed": timed, "--operators": operators}.get(sys.argv[1], profiled)
+    if sys.argv[1] == "--clock":
+        how = functools.partial(clocked, sys.argv[2])
+        del sys.argv[1:3]
+    elif how is not profiled:
         del sys.argv[1]
     script = sys.argv[1]
     sys.argv = sys.argv[1:]

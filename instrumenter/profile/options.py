@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from ..collector import formats
-from ..runtime.torch_ops import OperatorSampling
+from ..runtime.torch_ops import OperatorSampling, with_first
 
 if TYPE_CHECKING:  # the CLI imports these options to build its help; transforms is not needed for that
     from transforms import Mode
@@ -133,10 +133,12 @@ class ProfileOptions:
     @property
     def operator_sampling(self) -> Optional[OperatorSampling]:
         """Which iterations record PyTorch's operators (``--torch-ops sampled``), else None: those of
-        ``--trace-steps``' ranges (so the timeline's window has them), and every
+        ``--trace-steps``' ranges (so the timeline's window has them), the first, and every
         :data:`~instrumenter.runtime.torch_ops.DEFAULT_EVERY`-th to the 200th, every 500th after; with
         ``--trace-steps all``, every one."""
         if not self.mode.operators_sampled:
             return None
         window = self.builtin.trace_steps
-        return OperatorSampling.every_iteration() if window.everything else OperatorSampling(ranges=window.ranges)
+        if window.everything:
+            return OperatorSampling.every_iteration()
+        return OperatorSampling(ranges=with_first(window.ranges))

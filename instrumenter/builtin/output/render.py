@@ -212,17 +212,45 @@ def _render_counters(counted: Optional[dict], label: str, console: Console) -> N
     console.print(f"  counted per `{literal(label)}` (the whole process): " + ", ".join(parts))
 
 
-def _left_out(sampled: dict) -> str:
-    """What the operator table left out of the iterations that recorded operators, said before its scale."""
-    left = sampled.get("left_out", 0)  # a summary saved before iterations were left out has none of these
+def _as_ran(sampled: dict) -> str:
+    """The recorded iterations counted as they ran (warm-up, disturbed), said after the kinds."""
     found = sampled.get("warmup", 0) + sampled.get("disturbed", 0)
     if not found:
         return ""
     why = [f"{n} {what}" for n, what in ((sampled.get("warmup", 0), "warm-up"),
                                           (sampled.get("disturbed", 0), f"disturbed: over {DISTURBED:g}x their median")) if n]
-    kept = "" if left == found else (f"; {found - left} outside the timeline's window count as they ran, "
-                                     "their operators not kept")
-    return f"{left} of them left out ({', '.join(why)}{kept}); "
+    return f"; {found} recorded counted once as they ran, not scaled ({', '.join(why)})"
+
+
+def _kinds(sampled: dict) -> str:
+    """``step: 19 of 180 measured, x9.47; eval: 10 of 15, x1.5``: what each kind was scaled from."""
+    return "; ".join(f"{literal(kind['task'])}: {kind['measured']:,} of {kind['iterations']:,} measured, "
+                     f"x{kind['scale']:.3g}" for kind in sampled["kinds"])
+
+
+def _estimated_note(sampled: dict) -> str:
+    """How the sampled operator table was made, under it."""
+    head = (f"operators recorded in {sampled['recorded']:,} of {sampled['iterations']:,} iterations of "
+            f"{literal(', '.join(sampled['tasks']))} ({literal(sampled['rule'])}: --torch-ops sampled)")
+    if sampled.get("pooled") or "kinds" not in sampled:  # one factor (a summary saved before kinds were scaled apart)
+        return (f"{head}; counts and times are scaled by {sampled['scale']:.3g} to the whole run (one factor: "
+                "the recorded iterations' operators were not kept apart), and the phases are those of the steps "
+                "that recorded them. --torch-ops all records every one")
+    return (f"{head}. Each kind's measured iterations stand for its others ({_kinds(sampled)}){_as_ran(sampled)}. "
+            "± is a 95 % interval over the iterations measured; a count is exact where every measured iteration "
+            "ran as many calls, and marked ~ where not. The phases are those of the steps that recorded them; "
+            "--torch-ops all records every one")
+
+
+def _count(op: TaskStats) -> str:
+    return f"~{op.count:,}" if op.count_interval else f"{op.count:,}"
+
+
+def _interval(op: TaskStats, own: float) -> str:
+    """``±4%`` of an estimated time; empty where exact."""
+    if op.self_with_library_interval_s is None or not own:
+        return ""
+    return f"±{op.self_with_library_interval_s / own:.0%}"
 
 
 def _render_operators(summary: BuiltinSummary, console: Console, operators) -> None:
@@ -231,21 +259,20 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
     thread_time = summary.thread_time_s
     shown = "" if len(operators) == len(summary.operators) else f", top {len(operators)}"
     sampled = summary.operator_sampling
-    if sampled is not None:
-        shown += f", x{sampled['scale']:.3g} from the iterations that recorded them"
-    rows_table = table(f"Top PyTorch operators by self time, oneDNN included{shown}",
-                       ("operator", "count", "self + oneDNN", "self", "total", "self + oneDNN, % of thread time"))
+    estimated = sampled is not None
+    if estimated:
+        shown += ", estimated from the iterations that recorded them"
+    columns = ("operator", "count", "self + oneDNN") + (("±",) if estimated else ()) + (
+        "self", "total", "self + oneDNN, % of thread time")
+    rows_table = table(f"Top PyTorch operators by self time, oneDNN included{shown}", columns)
     for op in operators:
         own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
-        rows_table.add_row(literal(op.name), str(op.count), duration(own), duration(op.self_s), duration(op.total_s),
-                           f"{own / thread_time:.1%}" if thread_time else "")
+        cells = [literal(op.name), _count(op), duration(own)] + ([_interval(op, own)] if estimated else []) + [
+            duration(op.self_s), duration(op.total_s), f"{own / thread_time:.1%}" if thread_time else ""]
+        rows_table.add_row(*cells)
     console.print(rows_table)
-    if sampled is not None:
-        console.print(f"[dim]operators recorded in {sampled['recorded']} of {sampled['iterations']} iterations of "
-                      f"{literal(', '.join(sampled['tasks']))} ({literal(sampled['rule'])}: --torch-ops sampled); "
-                      f"{_left_out(sampled)}counts and times are scaled by {sampled['scale']:.3g} to the whole run, "
-                      "and the phases are those of the steps that recorded them. --torch-ops all records every "
-                      "one[/dim]")
+    if estimated:
+        console.print(f"[dim]{_estimated_note(sampled)}[/dim]")
 
 
 def _rate(sampling: dict) -> str:

@@ -88,18 +88,29 @@ class Aggregates:
     #: the steps the window holds (1-based ordinals) in the process that ran the most steps
     window_held: List[int] = field(default_factory=list)
 
-    def holding(self, chosen: np.ndarray) -> Tuple[Intervals, np.ndarray]:
-        """The instances among which the tasks of ``chosen`` (instances of the own domains: indices into
-        ``kept``) are, and which of ``chosen`` had them kept: all of them, with ``kept`` itself, where it holds
-        every instance; else those in the window of their process, with ``kept`` and ``window`` (``kept``
-        first, so the indices stay valid)."""
-        if self.kept_everything:
-            return self.kept, chosen
+    def held(self, chosen: np.ndarray) -> np.ndarray:
+        """Which of ``chosen`` (instances of the own domains: indices into ``kept``) had the tasks among them
+        kept: all of them where ``kept`` holds every instance, else those in the window of their process."""
         inside = np.zeros(len(chosen), np.bool_)
+        if self.kept_everything:
+            inside[:] = True
+            return inside
         for pid, spans in self.window_spans.items():
             mine = self.kept.pid[chosen] == pid
             inside[mine] = overlapping(spans, self.kept.start[chosen[mine]], self.kept.end[chosen[mine]])
-        return Intervals.concat([self.kept, self.window]), chosen[inside]
+        return inside
+
+    def holding_tasks(self) -> Intervals:
+        """The instances kept: ``kept`` where it holds every one, else ``kept`` and ``window`` (``kept`` first,
+        so indices into ``kept`` stay valid)."""
+        return self.kept if self.kept_everything else Intervals.concat([self.kept, self.window])
+
+    def holding(self, chosen: np.ndarray) -> Tuple[Intervals, np.ndarray]:
+        """The instances among which the tasks of ``chosen`` are (:meth:`holding_tasks`), and which of
+        ``chosen`` had them kept (:meth:`held`)."""
+        if self.kept_everything:
+            return self.kept, chosen
+        return self.holding_tasks(), chosen[self.held(chosen)]
 
     def percentile_ns(self, groups: Union[int, Sequence[int]], q: float) -> float:
         """The ``q`` quantile (0..1) of the durations of a group (or of several together), within

@@ -35,6 +35,11 @@ class TaskStats:
     p50_s: float = 0.0
     p95_s: float = 0.0
     p99_s: float = 0.0
+    #: ``--torch-ops sampled``: the half-widths of the 95 % intervals of ``count`` and ``self_with_library_s``,
+    #: estimated from a sample of the iterations (:mod:`instrumenter.builtin.statistics.estimates`); 0: every
+    #: iteration sampled ran as many calls (the count exact where the others ran the same); None: as counted
+    count_interval: Optional[float] = None
+    self_with_library_interval_s: Optional[float] = None
 
 
 #: ``StepStats.steady_histogram``'s buckets: each spans [lower, lower * this)

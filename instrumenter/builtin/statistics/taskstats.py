@@ -16,7 +16,8 @@ import numpy as np
 
 from . import phases
 from .aggregate import Aggregates, Intervals
-from .disturbed import Inside, Recorded, split_recorded, tasks_inside
+from .disturbed import Recorded, split_recorded
+from .estimates import Estimate, estimate, estimated_operators
 from .intervals import near_spans
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 from .summary import STEADY_BUCKET_RATIO, BuiltinSummary, StepStats, TaskStats
@@ -255,60 +256,35 @@ def recorded_iterations(a: Aggregates, context: ReadContext) -> Dict[str, Record
     return result
 
 
-def operator_scale(a: Aggregates, context: ReadContext, recorded: Dict[str, Recorded],
-                   left: Optional[Inside]) -> Optional[Dict[str, Any]]:
-    """``--torch-ops sampled``: how many iterations of the sampled tasks ran and how many recorded their
-    operators (per process, by the runtime's rule); of those, how many were warm-up and disturbed and how
-    many the table left out (``left``: those whose tasks were kept, :mod:`.disturbed`); and the factor that
-    scales what the rest recorded to the whole run. None where every iteration recorded them."""
-    sampling = context.operator_sampling
-    if sampling is None:
-        return None
-    iterations = picked = 0
-    left_out = left.iterations if left is not None else 0
-    for name in context.operators_in:  # the runtime counts each iteration task's own, in each process
+def iterations_by_task(a: Aggregates, context: ReadContext) -> Dict[str, Tuple[int, int]]:
+    """``--torch-ops sampled``: per iteration task whose operators were sampled, how many iterations it ran and
+    how many recorded their operators (the runtime counts each task's own, in each process)."""
+    sampling, result = context.operator_sampling, {}
+    for name in context.operators_in:
         ids = _step_ids(a.groups, name, context.domains)
         if a.limited:  # the kept instances stop at the trace limit: the whole run's count, as one process's
             counts = [int(a.count[ids].sum())] if ids else []
         else:
             counts = np.unique(a.kept.pid[np.isin(a.kept.group, ids)], return_counts=True)[1].tolist()
-        iterations += sum(counts)
-        picked += sum(sampling.count(n) for n in counts)
-    return {"rule": sampling.describe(), **sampling.to_json(), "tasks": list(context.operators_in),
-            "iterations": iterations,
-            "recorded": picked, "warmup": sum(len(r.warmup) for r in recorded.values()),
-            "disturbed": sum(len(r.disturbed) for r in recorded.values()), "left_out": left_out,
-            "scale": iterations / (picked - left_out) if picked > left_out else 1.0}
+        result[name] = (sum(counts), sum(sampling.count(n) for n in counts))
+    return result
 
 
-def _scaled(op: TaskStats, scale: float, less: Optional[Tuple[int, int, int, int]] = None) -> TaskStats:
-    """An operator's statistics over the recorded iterations, less what it ran in those left out (``less``:
-    its count, and its time inside, self and self with library, in ns), scaled to the whole run: its count
-    and times; its mean, extremes and percentiles are those of every call recorded."""
-    count, inside, own, own_library = less or (0, 0, 0, 0)
-    total_s = max(op.total_s - inside / 1e9, 0.0)
-    share = op.share * total_s / op.total_s if op.total_s else op.share
-    return replace(op, count=int(round((op.count - count) * scale)), total_s=total_s * scale,
-                   self_s=max(op.self_s - own / 1e9, 0.0) * scale,
-                   self_with_library_s=max(op.self_with_library_s - own_library / 1e9, 0.0) * scale,
-                   share=share * scale)
-
-
-def _left_out(a: Aggregates, recorded: Dict[str, Recorded]) -> Optional[Inside]:
-    """What the recorded iterations left out (all tasks' warm-up and disturbed) held, where their tasks were
-    kept."""
-    out = [part for r in recorded.values() for part in (r.warmup, r.disturbed) if len(part)]
-    if not out:
-        return None
-    return tasks_inside(a, np.concatenate(out))
-
-
-def _held(left: Optional[Inside], group: int) -> Optional[Tuple[int, int, int, int]]:
-    """What group ``group`` ran in the iterations left out, as :func:`_scaled` takes it."""
-    if left is None:
-        return None
-    return (int(left.count[group]), int(left.inside_ns[group]), int(left.self_ns[group]),
-            int(left.self_library_ns[group]))
+def operator_sampling(context: ReadContext, recorded: Dict[str, Recorded], ran: Dict[str, Tuple[int, int]],
+                      found: Estimate) -> Dict[str, Any]:
+    """``--torch-ops sampled``: the summary's account of it. ``kinds``: per iteration task, its iterations,
+    those measured and its scale (:mod:`.estimates`); ``scale``: all iterations over all measured (each kind
+    is scaled by its own)."""
+    iterations = sum(n for n, _ in ran.values())
+    measured = sum(kind.measured for kind in found.kinds)
+    picked = sum(p for _, p in ran.values())
+    return {"rule": context.operator_sampling.describe(), **context.operator_sampling.to_json(),
+            "tasks": list(context.operators_in), "iterations": iterations, "recorded": picked,
+            "warmup": sum(len(r.warmup) for r in recorded.values()),
+            "disturbed": sum(len(r.disturbed) for r in recorded.values()), "left_out": 0, "as_ran": found.as_ran,
+            "measured": measured, "pooled": found.pooled,
+            "scale": (iterations / picked if picked else 1.0) if found.pooled else (iterations / measured if measured else 1.0),
+            "kinds": [kind.to_json() for kind in found.kinds]}
 
 
 #: the operators summary.json keeps: the most expensive, by self time with their library's
@@ -321,12 +297,12 @@ def summarize(aggregates: Aggregates, context: ReadContext, top: int = TOP_OPERA
     stats = task_stats(a)
     operators = [s for s in stats if s.domain == TORCH_DOMAIN and s.name.startswith(OPERATOR_PREFIXES)]
     recorded = recorded_iterations(a, context)
-    left = _left_out(a, recorded)
-    sampled = operator_scale(a, context, recorded, left)
-    if sampled is not None:
-        number = {group: at for at, group in enumerate(a.groups)}
-        operators = [_scaled(op, sampled["scale"], _held(left, number[(op.domain, op.name)])) for op in operators]
-        operators = [op for op in operators if op.count]  # an operator that ran only where left out
+    sampled = None
+    if context.operator_sampling is not None:
+        ran = iterations_by_task(a, context)
+        found = estimate(a, recorded, ran)
+        sampled = operator_sampling(context, recorded, ran, found)
+        operators = estimated_operators(operators, a, found, a.thread_time_ns)
     operators = sorted(operators, key=lambda s: -s.self_with_library_s)[:top]
     warnings = list(a.warnings)
     if a.unfinished:
