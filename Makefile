@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 # the suite on 3.11 with every framework, then on the other versions that install here (README, "Python versions")
 test: $(STAMP)
-	scripts/chromium.sh >/dev/null
+	scripts/debian_tools.sh
 	$(PY) -m pytest -q -n 2
 	scripts/version_matrix.sh
 

@@ -25,6 +25,10 @@ if "tests" not in sys.modules:
     # ``tests`` is this folder, whatever is on sys.path (a package in site-packages may be named tests too)
     sys.modules["tests"] = types.ModuleType("tests")
     sys.modules["tests"].__path__ = [str(ROOT / "tests")]
+# xdist's workers set COLUMNS=80 and LINES=24 (the controller's terminal), and autoitt takes a pipe's width from
+# COLUMNS: the suite's commands print as into a CI log, 120 columns, unless a test gives COLUMNS itself
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 SAMPLES = ROOT / "samples"
 INPUTS = ROOT / "tests" / "inputs"
 GOLDEN = ROOT / "tests" / "golden"

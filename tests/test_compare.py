@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -189,6 +191,114 @@ def test_a_summary_without_step_histograms_leaves_the_noise_unknown(runs, tmp_pa
     assert done.returncode == 0
     assert result["steps"][0]["difference"] == "unknown"
     assert any("--recompute" in note and str(old) in note for note in result["unmatched"])
+
+
+# -- the conditions: the same program, machines alike ------------------------------------------------------
+
+def edited(folder: Path, to: Path, **record) -> Path:
+    """A copy of result folder ``folder`` whose run.json has ``record``'s fields instead."""
+    shutil.copytree(folder, to)
+    found = json.loads((to / "run.json").read_text())
+    found.update(record)
+    (to / "run.json").write_text(json.dumps(found))
+    return to
+
+
+def machine(other_cores: float, run_cores: float = 1.0, cpus: float = 2.0, **more) -> dict:
+    return {"cpus": cpus, "run_cpu_s": 10 * run_cores, "other_cpu_s": 10 * other_cores, "elapsed_s": 10.0, **more}
+
+
+def test_two_different_scripts_get_no_verdict_and_the_summary_says_why(runs, tmp_path):
+    other = edited(runs["slow"], tmp_path / "other", script=str(tmp_path / "other.py"))
+    done, result = compared(runs["base"], other, "--fail-if-slower", "5")
+    assert done.returncode == 0 and result["slower"] is False
+    assert result["steps"][0]["difference"] == "inconclusive"
+    assert "different scripts" in result["verdict"] and "other.py" in result["verdict"]
+    terminal = autoitt("compare", str(runs["base"]), str(other)).stdout
+    assert "of two scripts, BASE" in terminal
+
+
+def test_the_same_script_with_other_arguments_gets_no_verdict(runs, tmp_path):
+    other = edited(runs["slow"], tmp_path / "other", args=["--epochs", "9"])
+    _, result = compared(runs["base"], other)
+    assert result["steps"][0]["difference"] == "inconclusive" and "arguments" in result["verdict"]
+
+
+def test_a_slower_run_on_an_oversubscribed_machine_is_inconclusive_and_says_why(runs, tmp_path):
+    quiet = edited(runs["base"], tmp_path / "quiet", machine=machine(0.1))
+    loaded = edited(runs["slow"], tmp_path / "loaded", machine=machine(1.5))
+    done, result = compared(quiet, loaded, "--fail-if-slower", "5")
+    assert done.returncode == 0 and result["slower"] is False
+    step = result["steps"][0]
+    assert step["difference"] == "inconclusive"
+    assert ("NEW's machine had more threads wanting a core than cores (other work kept 1.50 of 2 cores busy; "
+            "the other's: other work kept 0.10 of 2 cores busy)") in result["verdict"]
+    assert "the noise test alone: slower" in step[step["decided_on"]]["decided"]
+    assert result["conditions"]["new"]["other_cores"] == pytest.approx(1.5)
+
+
+def test_a_slower_run_that_left_cores_idle_is_slower_whatever_else_ran(runs, tmp_path):
+    # a run that mostly waits (0.2 cores) beside 1.5 cores of other work: the machine had a core to spare
+    quiet = edited(runs["base"], tmp_path / "quiet", machine=machine(0.1))
+    loaded = edited(runs["slow"], tmp_path / "loaded", machine=machine(1.5, run_cores=0.2))
+    _, result = compared(quiet, loaded)
+    assert result["steps"][0]["difference"] == "slower"
+    assert any("NEW's: other work kept 1.50 of 2 cores busy" in note for note in result["unmatched"])
+
+
+def test_a_faster_run_whose_base_was_oversubscribed_is_inconclusive(runs, tmp_path):
+    loaded = edited(runs["slow"], tmp_path / "loaded", machine=machine(1.5))
+    quiet = edited(runs["base"], tmp_path / "quiet", machine=machine(0.0))
+    _, result = compared(loaded, quiet)
+    assert result["steps"][0]["difference"] == "inconclusive" and "BASE's machine had more threads" in result["verdict"]
+
+
+def test_the_run_queue_tells_a_full_machine_where_the_cores_busy_cannot(runs, tmp_path):
+    # other work's CPU time stops at the cores the run left it: 0.9 either side; the run queue says 1.0 and 3.5
+    quiet = edited(runs["base"], tmp_path / "quiet", machine=machine(0.9, run_queue=1.9))
+    loaded = edited(runs["slow"], tmp_path / "loaded", machine=machine(0.9, run_queue=3.5))
+    _, result = compared(quiet, loaded)
+    assert result["steps"][0]["difference"] == "inconclusive" and "3.5 threads runnable" in result["verdict"]
+
+
+def test_a_slower_run_that_shared_an_equally_busy_machine_is_slower(runs, tmp_path):
+    a = edited(runs["base"], tmp_path / "a", machine=machine(1.0, run_queue=3.0))
+    b = edited(runs["slow"], tmp_path / "b", machine=machine(1.0, run_queue=3.0))
+    _, result = compared(a, b)
+    assert result["steps"][0]["difference"] == "slower"
+
+
+def test_a_run_that_waits_more_leaves_cores_to_others_and_is_not_excused_by_them(runs, tmp_path):
+    # the sleeping run used 0.2 cores, so other work got 1.7 where it got 1.0: it did not want more
+    a = edited(runs["base"], tmp_path / "a", machine=machine(1.0, run_cores=1.0, run_queue=3.0))
+    b = edited(runs["slow"], tmp_path / "b", machine=machine(1.7, run_cores=0.2, run_queue=2.4))
+    _, result = compared(a, b)
+    assert result["steps"][0]["difference"] == "slower"
+
+
+def test_a_slower_run_on_slower_clocked_cpus_is_inconclusive(runs, tmp_path):
+    fast = edited(runs["base"], tmp_path / "fast", machine=machine(0.0, mhz=3000.0))
+    slow = edited(runs["slow"], tmp_path / "slow", machine=machine(0.0, mhz=2000.0))
+    _, result = compared(fast, slow)
+    assert result["steps"][0]["difference"] == "inconclusive"
+    assert "NEW's CPUs ran at 2000 MHz, the other's at 3000" in result["verdict"]
+
+
+@pytest.mark.slow
+def test_an_unchanged_run_beside_other_work_is_not_called_slower(runs, tmp_path):
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        done = autoitt("profile", "-r", str(tmp_path / "loaded"), str(runs["base"].parent / "train.py"),
+                       cwd=runs["base"].parent)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, result = compared(runs["base"], tmp_path / "loaded", "--fail-if-slower", "5")
+    loaded = result["conditions"]["new"]
+    assert loaded["run_queue"] > loaded["cpus"], f"the load did not take: {loaded}"
+    assert result["steps"][0]["difference"] != "slower", result["verdict"]
 
 
 # -- the noise test, on hand-made histograms and medians -----------------------------------------------------

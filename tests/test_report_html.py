@@ -1,5 +1,5 @@
 """``report.html``: the run on one offline page, built from a real run of the built-in collector, and opened
-in a real browser (headless Chromium, Debian's package: ``scripts/chromium.sh``, which ``make test`` runs).
+in a real browser (headless Chromium, Debian's package: ``scripts/debian_tools.sh``, which ``make test`` runs).
 
 The profiled script is plain Python marked with a ``# autoitt: step`` comment, so the page is tested on every
 Python version the suite runs on, frameworks or not.
@@ -49,7 +49,7 @@ def run(tmp_path_factory) -> Path:
 
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert found, "no chromium on PATH: scripts/chromium.sh installs Debian's package (make test runs it)"
+    assert found, "no chromium on PATH: scripts/debian_tools.sh installs Debian's package (make test runs it)"
     return found
 
 

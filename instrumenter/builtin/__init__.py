@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..launch import target
 from ..profile.backend import Backend, Finished, Job, Say
-from ..profile.machine import Usage, during
+from ..profile.machine import RunQueue, Usage, during
 from ..profile.console import readable
 from .. import launch
 from ..profile.instrumentation import FILE as INSTRUMENTATION_FILE
@@ -68,10 +68,11 @@ class BuiltinBackend(Backend):
         # the script's own arguments follow the .pyc in the command (deepspeed's --local_rank goes there)
         args_at = job.command.index(str(launch.main_file(job.folder / INSTRUMENTATION_FILE, job.script))) + 1
         command = list(under_launcher(job.options.launcher, job.command, args_at=args_at))
-        process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
-        exit_code = target.wait(process)
+        with RunQueue() as queue:
+            process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
+            exit_code = target.wait(process)
         elapsed = time.perf_counter() - started
-        return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed),
+        return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed, queue.mean()),
                         chosen.to_json() if chosen is not None else None)
 
     def read(self, folder: Path, context: ReadContext) -> BuiltinSummary:

@@ -41,7 +41,8 @@ def read_run(folder: Path) -> Run:
 
     done = load(folder)
     return Run(folder=done.folder, script=done.record.script, backend=done.record.backend,
-               summary=done.summarize(recompute=False))
+               summary=done.summarize(recompute=False), args=tuple(done.record.args or ()),
+               machine=done.record.machine)
 
 
 def compare_folders(base: Path, new: Path, threshold_percent: Optional[float] = None) -> Comparison:
@@ -76,4 +77,5 @@ def show(comparison: Comparison, as_json: bool, fail_if_slower: Optional[float],
     if comparison.slower_by_more_than(fail_if_slower / 100):
         tally.failed_check(f"NEW is slower than BASE by more than {fail_if_slower:g} %, beyond noise")
     elif slower > fail_if_slower / 100:
-        tally.note(f"NEW is {slower * 100:.1f} % slower, within noise ({main.verdict.how}): not failed")
+        said = "inconclusive" if main.difference == "inconclusive" else "within noise"
+        tally.note(f"NEW is {slower * 100:.1f} % slower, {said} ({main.verdict.how}): not failed")

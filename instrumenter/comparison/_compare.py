@@ -14,7 +14,7 @@ compared loop (the first both sides have), so runs of different lengths compare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -22,6 +22,7 @@ from ..builtin.samples.hotspots import TOP as TOP_HOTSPOTS
 from ..builtin.statistics.summary import STEADY_BUCKET_RATIO
 from ..builtin.statistics.taskstats import TOP_OPERATORS
 from ..profile.summary import Summary
+from ._conditions import Conditions, conditions
 from ._noise import Medians, Verdict, difference, median_interval
 
 #: movers kept per table (JSON and terminal alike: the biggest by how much they moved)
@@ -55,6 +56,9 @@ class Run:
     script: str
     backend: str
     summary: Summary
+    #: the script's arguments and run.json's machine (:mod:`._conditions`)
+    args: Tuple[str, ...] = ()
+    machine: Optional[Dict[str, float]] = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ class Comparison:
     run_split: Dict[str, Change]
     #: what one run has and the other has not, or what cannot be compared, in words
     unmatched: List[str]
+    #: the typical runs' programs and machines (:mod:`._conditions`); None where not weighed (VTune)
+    conditions: Optional[Conditions] = None
 
     @property
     def main(self) -> Optional[StepComparison]:
@@ -234,7 +240,7 @@ class Comparison:
         ratio = main.median_s.ratio
         moved = f"{(ratio - 1) * 100:+.1f} %" if ratio is not None else "?"
         said = {"slower": "NEW is slower beyond noise", "faster": "NEW is faster beyond noise",
-                "within noise": "within noise",
+                "within noise": "within noise", "inconclusive": f"inconclusive, {main.verdict.how}",
                 "unknown": "noise unknown (too few steps, or a summary.json without step histograms: "
                            "`autoitt report --recompute FOLDER` adds them)"}[main.difference]
         return (f"{said}: {main.label!r} steady {main.primary} median {_ms(main.median_s.base)} -> "
@@ -254,6 +260,10 @@ class Comparison:
                          for label, values in self.counters.items()},
             "run_split": {name: change.to_json() for name, change in self.run_split.items()},
             "unmatched": list(self.unmatched),
+            "conditions": None if self.conditions is None else {
+                "different_program": self.conditions.different_program,
+                "base": None if self.conditions.base is None else asdict(self.conditions.base),
+                "new": None if self.conditions.new is None else asdict(self.conditions.new)},
         }
 
 
@@ -266,7 +276,7 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
     medians must move by to differ beyond noise, instead of the method's default (:mod:`._noise`)."""
     unmatched: List[str] = []
     if Path(base.script).name != Path(new.script).name:
-        unmatched.append(f"BASE profiled {base.script}, NEW {new.script}: comparing what matches")
+        unmatched.append(f"BASE profiled {base.script}, NEW {new.script}: comparing what matches, with no verdict")
     if base.backend != new.backend:
         unmatched.append(f"BASE ran on the {base.backend} backend, NEW on the {new.backend} backend: "
                          "only the run's wall time compares")
@@ -307,8 +317,22 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
         if (a.operator_sampling is None) != (b.operator_sampling is None):
             unmatched.append("one side recorded PyTorch's operators in every step, the other in a sample of them "
                              "(--torch-ops): each operator table is scaled to its whole run, and they compare")
-    return Comparison(base, new, steps, operators, hotspots, lines, _counters(a.counters, b.counters),
-                      _run_split(a.run_split, b.run_split), unmatched)
+    found = conditions(x.script, x.args, y.script, y.args, x.machine, y.machine)
+    unmatched += found.notes()
+    return Comparison(base, new, [_weighed(step, found) for step in steps], operators, hotspots, lines,
+                      _counters(a.counters, b.counters), _run_split(a.run_split, b.run_split), unmatched, found)
+
+
+def _weighed(step: StepComparison, found: Conditions) -> StepComparison:
+    """``step`` with its verdict "inconclusive" where the conditions may explain it (:mod:`._conditions`): a
+    difference in the direction the machines explain, or any verdict between different programs."""
+    timing = step.timings[step.primary]
+    verdict = timing.verdict
+    why = found.different_program or found.explains(verdict.difference)
+    if why is None or verdict.difference == "unknown":
+        return step
+    weighed = Verdict("inconclusive", f"{why} (the noise test alone: {verdict.difference}; {verdict.how})")
+    return replace(step, timings={**step.timings, step.primary: replace(timing, verdict=weighed)})
 
 
 def _steps(base: Side, new: Side, a: Sequence, b: Sequence, rank: Optional[int], threshold: Optional[float],

@@ -72,7 +72,8 @@ class Medians:
 
 @dataclass(frozen=True)
 class Verdict:
-    #: NEW against BASE: "slower", "faster" (beyond noise), "within noise", or "unknown"
+    #: NEW against BASE: "slower", "faster" (beyond noise), "within noise", "unknown", or "inconclusive" (the
+    #: conditions of the runs may explain the difference: :mod:`._conditions`)
     difference: str
     #: how it was decided, in words (the method and its figures)
     how: str

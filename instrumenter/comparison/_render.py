@@ -3,6 +3,8 @@ what moved most (operators, hotspots, your code), counters and the run's split."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import List, Optional
 
 from rich.console import Console
@@ -18,10 +20,10 @@ _ROWS = 8
 def render_html(comparison: Comparison) -> str:
     """The comparison as a page that opens offline (``--html OUT``): what the terminal shows, and each step
     loop's phases as paired bars."""
-    from ..builtin.output.html import page, terminal_html
+    from ..builtin.output.html import page, summary_html
 
     return page(f"autoitt compare: {comparison.new.script}", f"autoitt compare of {comparison.new.script}",
-                terminal_html(lambda console: render(comparison, console)) + _phase_bars(comparison))
+                summary_html(lambda console: render(comparison, console)) + _phase_bars(comparison))
 
 
 def _phase_bars(comparison: Comparison) -> str:
@@ -45,7 +47,9 @@ def _phase_bars(comparison: Comparison) -> str:
 def render(comparison: Comparison, console: Console) -> None:
     c = comparison
     # the folders and the verdict on a line each, never folded: what a CI log is searched for
-    console.print(f"[bold]autoitt compare[/bold] of {literal(c.new.script)}, {c.new.backend} backend: "
+    scripts = (literal(c.new.script) if Path(c.base.script).name == Path(c.new.script).name else
+               f"two scripts, BASE {literal(c.base.script)} and NEW {literal(c.new.script)}")
+    console.print(f"[bold]autoitt compare[/bold] of {scripts}, {c.new.backend} backend: "
                   f"BASE {literal(c.base.folder)}, NEW {literal(c.new.folder)}", soft_wrap=True)
     style = {"slower": "bold red", "faster": "bold green"}.get(c.main.difference if c.main else "", "bold")
     console.print(f"[{style}]{literal(c.verdict)}[/{style}]", soft_wrap=True)

@@ -34,24 +34,66 @@ def duration(seconds: float) -> str:
 
 
 def table(title: str, columns) -> Table:
-    """Names fold onto several lines; figures never wrap. No outer box: a summary of several tables still
-    fits a screen."""
+    """Names fold onto several lines; a figure is never cut nor wrapped, whatever the width: its column is
+    as wide as its widest figure (or its heading's longest word), and its heading wraps within that. Text
+    columns give way first. No outer box: a summary of several tables still fits a screen."""
     from rich import box
-    from rich.table import Table
 
-    made = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    made = _figures_table()(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     made.add_column(columns[0], overflow="fold", ratio=1, min_width=16)
     for column in columns[1:]:
-        made.add_column(column, justify="right", no_wrap=True)
+        made.add_column(column, justify="right", overflow="fold")
     return made
 
 
+def _figures_table():
+    """rich's Table with its right-justified columns (the figures) fixed at their widest cell when it is
+    drawn: rich shares a narrow screen out among all columns, cutting figures with "…" (``20.0…``, ``700…``),
+    and ``min_width`` does not stop it; a column of fixed width is never shrunk."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def width(cell) -> int:
+        text = Text.from_markup(cell) if isinstance(cell, str) else cell
+        return text.cell_len if isinstance(text, Text) else 0
+
+    class FiguresTable(Table):
+        def __rich_console__(self, console, options):
+            figures = [c for c in self.columns if c.justify == "right" and c.width is None]
+            # each figure column at least its widest cell (and its heading's longest word), at most its whole
+            # heading on one line; widened from the least to the full while the text columns keep room
+            least = {id(c): max([width(cell) for cell in c._cells] + [len(w) for w in str(c.header).split()] + [1])
+                     for c in figures}
+            full = {id(c): max(least[id(c)], len(str(c.header))) for c in figures}
+            text = sum(min(16, max([width(cell) for cell in c._cells] + [1])) for c in self.columns if c not in figures)
+            room = options.max_width - text - 3 * len(self.columns) - sum(least.values())
+            for column in figures:
+                column.width = least[id(column)]
+            for column in sorted(figures, key=lambda c: full[id(c)] - least[id(c)]):
+                extra = full[id(column)] - least[id(column)]
+                if extra <= room:
+                    column.width, room = full[id(column)], room - extra
+            yield from super().__rich_console__(console, options)
+
+    return FiguresTable
+
+
+#: The width of what is printed to a file or pipe (CI logs) where ``COLUMNS`` does not say.
+PIPE_WIDTH = 120
+
+
 def console_for_stdout() -> Console:
-    """A terminal's own width; 120 columns when printing to a file or pipe (CI logs). No emoji codes: a
-    note's ``file.py:100:`` is a file and line, not 💯."""
+    """A terminal's own width; to a file or pipe, ``COLUMNS``'s where it is a number, else
+    :data:`PIPE_WIDTH`. No emoji codes: a note's ``file.py:100:`` is a file and line, not 💯."""
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 120)
+    width = None
+    if not sys.stdout.isatty():
+        given = os.environ.get("COLUMNS", "")
+        width = int(given) if given.isdigit() and int(given) >= 20 else PIPE_WIDTH
+    return Console(highlight=False, emoji=False, width=width)
 
 
 def printable(text: str) -> str:

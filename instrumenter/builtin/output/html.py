@@ -2,7 +2,7 @@
 
 Written beside ``summary.json`` by every reading of a built-in run (and by ``autoitt report DIR --html``).
 What the page holds, each from what the reading already made: the one-screen summary (the terminal's own
-rendering, :func:`.render.render`, exported by rich as HTML), the step-time chart (``steps.svg`` itself,
+rendering, :func:`.render.render`, its tables as HTML tables and its lines as paragraphs: :func:`summary_html`), the step-time chart (``steps.svg`` itself,
 inline), each step loop's phases as bars, a flame graph (an icicle: the run's root at the top) of the sampled
 stacks per region (``[step]``, ``[outside collection]``, each evaluation...: the first frame of each folded
 stack), with search and zoom, and the operator, hotspot and your-code tables (sortable: click a heading).
@@ -40,7 +40,7 @@ MAX_BYTES = 6 * 1024 * 1024
 _VENDOR = ("d3-7.9.0.min.js", "d3-flamegraph-4.1.3.min.js")
 _VENDOR_CSS = "d3-flamegraph-4.1.3.css"
 
-#: no request of any kind: inline scripts and styles, images from data: URLs (rich's export has none)
+#: no request of any kind: inline scripts and styles, images from data: URLs (the page has none)
 _POLICY = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
 _STYLE = """
@@ -50,6 +50,13 @@ h2 { font-size: 1.15em; margin: 1.6em 0 0.5em; border-bottom: 1px solid #ddd; }
 nav a { margin-right: 1em; }
 #autoitt-status { color: #777; font-size: 0.85em; }
 pre.summary { font-size: 12px; line-height: 1.3; overflow-x: auto; background: #fff; }
+div.summary p { margin: 0.25em 0; }
+div.summary p.note { color: #666; font-size: 0.9em; }
+table.summary { border-collapse: collapse; font-size: 13px; margin: 0.6em 0; }
+table.summary caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
+table.summary th { text-align: left; border-bottom: 2px solid #ccc; padding: 3px 8px; vertical-align: bottom; }
+table.summary td { border-bottom: 1px solid #eee; padding: 2px 8px; overflow-wrap: anywhere; }
+table.summary th.num, table.summary td.num { text-align: right; white-space: nowrap; }
 table.sortable { border-collapse: collapse; font-size: 13px; }
 table.sortable th { cursor: pointer; text-align: left; border-bottom: 2px solid #ccc; padding: 3px 8px; }
 table.sortable th.num, table.sortable td.num { text-align: right; }
@@ -231,8 +238,8 @@ def _summary_text(summary: BuiltinSummary, script: str, result_dir: Path,
     """The one-screen summary as the terminal shows it (the result files left out: not all are written yet)."""
     from .render import render
 
-    return terminal_html(lambda console: render(summary, console, script=script, result_dir=result_dir,
-                                                instrumentation=instrumentation, files=False))
+    return summary_html(lambda console: render(summary, console, script=script, result_dir=result_dir,
+                                               instrumentation=instrumentation, files=False))
 
 
 def _phases(summary: BuiltinSummary) -> str:
@@ -307,14 +314,62 @@ def page(title: str, heading: str, body: str, *, style: str = "", scripts: str =
     ])
 
 
-def terminal_html(draw) -> str:
-    """What ``draw(console)`` prints on a 120-column terminal, as HTML (rich's export, inline styles)."""
+class _PageConsole:
+    """What a renderer prints (:func:`.render.render`, the comparison's), as HTML: each rich Table a real
+    ``<table>`` (its title the caption, its figure columns right-aligned), each line of text a paragraph
+    (dim text, the notes under a table, in grey); anything else as the terminal would draw it, in a
+    ``<pre>``. A page's width is the reader's: nothing is cut or folded to a terminal's."""
+
+    def __init__(self) -> None:
+        self.parts: List[str] = []
+
+    def print(self, renderable: object = "", *args, **kwargs) -> None:
+        from rich.table import Table
+        from rich.text import Text
+
+        if isinstance(renderable, Table):
+            self.parts.append(self._table(renderable))
+        elif isinstance(renderable, (str, Text)):
+            text = Text.from_markup(renderable) if isinstance(renderable, str) else renderable
+            dim = any("dim" in str(span.style) for span in text.spans) or "dim" in str(text.style)
+            self.parts.append(f'<p class="{"note" if dim else "line"}">{html_text(text.plain)}</p>')
+        else:
+            self.parts.append(f'<pre class="summary">{html_text(_drawn(renderable))}</pre>')
+
+    @staticmethod
+    def _table(table) -> str:
+        from rich.text import Text
+
+        def plain(cell) -> str:
+            return (Text.from_markup(cell) if isinstance(cell, str) else cell).plain if cell is not None else ""
+
+        right = [column.justify == "right" for column in table.columns]
+        head = "".join(f'<th class="{"num" if r else ""}">{html_text(plain(column.header))}</th>'
+                       for column, r in zip(table.columns, right))
+        rows = list(zip(*(list(column._cells) for column in table.columns)))
+        body = "".join("<tr>" + "".join(f'<td class="{"num" if r else ""}">{html_text(plain(cell))}</td>'
+                                        for cell, r in zip(row, right)) + "</tr>" for row in rows)
+        caption = f"<caption>{html_text(plain(table.title))}</caption>" if table.title else ""
+        return f'<table class="summary">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+    def html(self) -> str:
+        return f'<div class="summary">{"".join(self.parts)}</div>'
+
+
+def _drawn(renderable: object) -> str:
+    """``renderable`` as a 120-column terminal draws it, as text."""
     from rich.console import Console
 
-    console = Console(record=True, width=120, file=io.StringIO(), highlight=False, emoji=False,
-                      color_system="truecolor", force_terminal=True)
+    console = Console(record=True, width=120, file=io.StringIO(), highlight=False, emoji=False)
+    console.print(renderable)
+    return console.export_text()
+
+
+def summary_html(draw) -> str:
+    """What ``draw(console)`` prints, as HTML (:class:`_PageConsole`)."""
+    console = _PageConsole()
     draw(console)
-    return console.export_html(inline_styles=True, code_format='<pre class="summary">{code}</pre>')
+    return console.html()
 
 
 def report_html(summary: BuiltinSummary, *, script: str, result_dir: Path, instrumentation: Optional[Instrumentation],

@@ -320,7 +320,8 @@ def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict
     grid = table(title, ("line", "code", "function", "CPU", "% of that CPU time", "with your lines it calls"))
     grid.columns[0].no_wrap = True
     grid.columns[0].min_width = max((len(_where(spot)) for spot in lines), default=8)
-    grid.columns[1].justify = grid.columns[2].justify = "left"
+    for column in grid.columns[1:3]:  # text: wraps where the screen is narrow
+        column.justify, column.overflow = "left", "fold"
     for spot in lines:
         path = sources.get(spot.file or "")
         code = linecache.getline(path, spot.line).strip() if path and spot.line else ""
@@ -332,7 +333,6 @@ def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict
 
 def _hotspot_table(title: str, rows: List[Hotspot], scope: str) -> Table:
     grid = table(title, ("function", "file:line or library", "self CPU", "total CPU", f"self, % of {scope}"))
-    grid.columns[0].min_width = _NAME_WIDTH // 2
     grid.columns[1].justify = "left"
     for spot in rows:
         grid.add_row(literal(short_function(spot.function)), literal(_where(spot)), duration(spot.self_s),
