@@ -76,21 +76,55 @@ def _reference(*args, cwd):
     return json.loads(done.stderr.strip().splitlines()[-1])
 
 
+class Attempts:
+    """One script's runs, made on demand: attempt ``k`` is a run under torch.profiler and one under autoitt
+    (with the clock where :data:`CLOCKED` says), each kept once made."""
+
+    def __init__(self, script: str, work: Path) -> None:
+        self.script, self.work, self.made = script, work, {}
+
+    def get(self, k: int):
+        """(script, autoitt's summary, torch.profiler's table, the clock's figures or None)."""
+        if k not in self.made:
+            self.made[k] = self._make(self.work / f"attempt{k}")
+        return self.made[k]
+
+    def _make(self, work: Path):
+        work.mkdir()
+        script = (REAL / self.script).read_text()
+        (work / self.script).write_text(script)
+        table = _reference("--operators", self.script, cwd=work)
+        clocked = CLOCKED.get(self.script)
+        if clocked:
+            (work / self.script).write_text(_clocked(script, clocked))
+        done = autoitt("profile", "--json", "-r", "out", self.script, cwd=work, env=ALLOCATOR)
+        assert done.returncode == 0, done.stderr[-3000:]
+        clock = next(json.loads(line) for line in reversed(done.stderr.splitlines())
+                     if line.startswith("{") and set(clocked) <= set(json.loads(line))) if clocked else None
+        return self.script, json.loads(done.stdout), table, clock
+
+
+#: How many attempts a comparison of times gets. The suite shares two cores between two workers, and a run
+#: whose steps lost their core to the other worker's for milliseconds measures that: the VAE's aten::mm at
+#: 2.2x torch.profiler's share once, with the table's own interval at +-38 % saying how unsure it was. Each
+#: attempt is a new pair of runs; the figures must hold in one of them. Counts are exact and need one.
+ATTEMPTS = 3
+
+
+def _holds(runs: Attempts, check) -> None:
+    """``check(script, summary, table, clock)`` (a failure's text, or None) holds in one of :data:`ATTEMPTS`."""
+    failures = []
+    for k in range(ATTEMPTS):
+        failure = check(*runs.get(k))
+        if failure is None:
+            return
+        failures.append(f"attempt {k + 1}: {failure}")
+    pytest.fail("\n".join(failures))
+
+
 @pytest.fixture(scope="module", params=SCRIPTS)
 def runs(request, tmp_path_factory):
-    """(script, autoitt's summary, torch.profiler's table, the clock's figures or None)."""
-    work = tmp_path_factory.mktemp(request.param.split(".")[0])
-    script = (REAL / request.param).read_text()
-    (work / request.param).write_text(script)
-    table = _reference("--operators", request.param, cwd=work)
-    clocked = CLOCKED.get(request.param)
-    if clocked:
-        (work / request.param).write_text(_clocked(script, clocked))
-    done = autoitt("profile", "--json", "-r", "out", request.param, cwd=work, env=ALLOCATOR)
-    assert done.returncode == 0, done.stderr[-3000:]
-    clock = next(json.loads(line) for line in reversed(done.stderr.splitlines())
-                 if line.startswith("{") and set(clocked) <= set(json.loads(line))) if clocked else None
-    return request.param, json.loads(done.stdout), table, clock
+    return Attempts(request.param, tmp_path_factory.mktemp(request.param.split(".")[0]))
 
 
 def _top(script, table, timed=False):
@@ -108,7 +142,7 @@ def _shares(times):
 
 @pytest.mark.slow
 def test_the_top_operators_are_counted_exactly(runs):
-    script, summary, table, _ = runs
+    script, summary, table, _ = runs.get(0)
     ours = {op["name"]: op["count"] for op in summary["operators"]}
     counted = {name: ours.get(name) for name in _top(script, table)}
     assert all(count is not None and table[name][0] * (1 - OUTSIDE) <= count <= table[name][0]
@@ -116,15 +150,11 @@ def test_the_top_operators_are_counted_exactly(runs):
     assert sum(count == table[name][0] for name, count in counted.items()) >= TOP - 1, counted
 
 
-@pytest.mark.slow
-def test_the_top_operators_times_are_within_15_percent_of_torch_profilers(runs):
-    # within 15 % and the table's own interval: an operator of few calls per step (the word language model's
-    # _log_softmax, 2 % of the time) varies between steps more than the steps measured can pin down, and its
-    # row says so (+-19 % there)
-    script, summary, table, _ = runs
+def _times_off(script, summary, table, _clock):
     top = _top(script, table, timed=True)
     ours = {op["name"]: op for op in summary["operators"]}
-    assert set(top) <= set(ours), f"{sorted(set(top) - set(ours))} missing from {script}'s table"
+    if not set(top) <= set(ours):
+        return f"{sorted(set(top) - set(ours))} missing from {script}'s table"
     together = tuple(name for name in TOGETHER.get(script, ()) if name in top)
     groups = [(name,) for name in top if name not in together] + ([together] if together else [])
     theirs = _shares({group: sum(table[name][1] for name in group) for group in groups})
@@ -135,33 +165,51 @@ def test_the_top_operators_times_are_within_15_percent_of_torch_profilers(runs):
                   / sum(ours[name]["self_with_library_s"] for name in group))
         if abs(mine[group] / theirs[group] - 1) > TOLERANCE + stated:
             off[" + ".join(group)] = (round(mine[group] / theirs[group], 2), f"+-{stated:.0%}")
-    assert not off, f"{script}: share against torch.profiler's {off}"
+    return f"{script}: share against torch.profiler's {off}" if off else None
 
 
 @pytest.mark.slow
-def test_the_top_operators_rank_as_torch_profiler_ranks_them(runs):
-    # two operators whose times are within both tolerances of each other may swap: only pairs further apart
-    script, summary, table, _ = runs
+def test_the_top_operators_times_are_within_15_percent_of_torch_profilers(runs):
+    # within 15 % and the table's own interval: an operator of few calls per step (the word language model's
+    # _log_softmax, 2 % of the time) varies between steps more than the steps measured can pin down, and its
+    # row says so (+-19 % there)
+    _holds(runs, _times_off)
+
+
+def _swapped(script, summary, table, _clock):
     top = _top(script, table, timed=True)
     rank = {op["name"]: at for at, op in enumerate(summary["operators"])}
     apart = (1 + TOLERANCE) ** 2
     together = set(TOGETHER.get(script, ()))
     swapped = [(a, b) for i, a in enumerate(top) for b in top[i + 1:]
-               if table[a][1] > apart * table[b][1] and rank[a] > rank[b] and not {a, b} <= together]
-    assert not swapped, f"{script}: ranked below where torch.profiler's is far above: {swapped}"
+               if table[a][1] > apart * table[b][1] and rank.get(a, len(rank)) > rank.get(b, len(rank))
+               and not {a, b} <= together]
+    return f"{script}: ranked below where torch.profiler's is far above: {swapped}" if swapped else None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runs", sorted(CLOCKED), indirect=True)
-def test_an_operator_torch_profiler_slows_is_timed_as_the_programs_clock_times_it(runs):
-    script, summary, table, clock = runs
+def test_the_top_operators_rank_as_torch_profiler_ranks_them(runs):
+    # two operators whose times are within both tolerances of each other may swap: only pairs further apart
+    _holds(runs, _swapped)
+
+
+def _clock_off(script, summary, table, clock):
     ours = {op["name"]: op for op in summary["operators"]}
     for function, (forward, backward) in CLOCKED[script].items():
         timed = clock[function]
         for name, calls, seconds in ((forward, timed["calls"], timed["forward_s"]),
                                      (backward, timed["backward_calls"], timed["backward_s"])):
-            per_call = ours[name]["total_s"] / ours[name]["count"]
-            assert per_call == pytest.approx(seconds / calls, rel=TOLERANCE), (name, per_call, seconds / calls)
+            per_call, clocked = ours[name]["total_s"] / ours[name]["count"], seconds / calls
+            if abs(per_call / clocked - 1) > TOLERANCE:
+                return f"{name}: {per_call * 1e6:.1f} µs a call, the clock {clocked * 1e6:.1f}"
             # and torch.profiler's is far off: the reason it is not the reference here
-            assert table[name][1] / table[name][0] > (1 + 2 * TOLERANCE) * seconds / calls, \
-                (name, table[name][1] / table[name][0], seconds / calls)
+            theirs = table[name][1] / table[name][0]
+            if theirs <= (1 + 2 * TOLERANCE) * clocked:
+                return f"{name}: torch.profiler's {theirs * 1e6:.1f} µs a call is near the clock's {clocked * 1e6:.1f}"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runs", sorted(CLOCKED), indirect=True)
+def test_an_operator_torch_profiler_slows_is_timed_as_the_programs_clock_times_it(runs):
+    _holds(runs, _clock_off)
