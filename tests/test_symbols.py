@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from instrumenter.builtin.samples.samplefile import Mapping, parse_maps
-from instrumenter.builtin.samples.symbols import ElfSymbols, Symbolizer, demangle, elf_symbols
+from instrumenter.builtin.samples.symbols import ElfSymbols, Symbolizer, demangle, elf_symbols, library_name
 
 
 def this_process() -> Symbolizer:
@@ -167,3 +167,21 @@ def test_an_address_in_a_plt_stub_is_a_stub_whose_time_is_its_callers():
     process_address = mapping.start + plt_start - elf.vaddr(mapping.offset) + 4
     assert symbols.lookup(process_address).plt
     assert _native(symbols, process_address)[0] is None  # dropped from the stack: its caller holds the sample
+
+
+def test_a_name_gnus_demangler_refuses_is_made_readable_with_its_clone_suffix():
+    # GCC writes it for a lambda inside a function template in an OpenMP region; c++filt refuses it too
+    name = ("_ZN2at8internal15invoke_parallelIZNS_12parallel_forIZ11compute_cpuIiEvPKT_PKlPS4_llEUlllE_EEvlllRS5_"
+            "EUlllE_EEvlllSB_._omp_fn.0")
+    assert demangle(name) == ("at::internal::invoke_parallel<parallel_for, compute_cpu, …> [clone ._omp_fn.0] "
+                              "(partly demangled)")
+
+
+def test_a_name_the_demangler_reads_is_its_own():
+    assert demangle("_ZN2at8internal3fooEv._omp_fn.0") == "at::internal::foo() [clone ._omp_fn.0]"
+
+
+def test_a_private_extension_module_is_named_with_its_package():
+    assert library_name("/venv/lib/python3.11/site-packages/optree/_C.cpython-311-x86_64-linux-gnu.so") == \
+        "optree/_C.cpython-311-x86_64-linux-gnu.so"
+    assert library_name("/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so") == "libtorch_cpu.so"

@@ -130,7 +130,8 @@ def _native(symbolizer: Symbolizer, address: int) -> Tuple[Optional[Frame], bool
     if symbol.plt:
         return None, False
     mapping = symbolizer.mapping(address)
-    profiling = ((symbol.library or "").startswith(_PROFILING_LIBRARIES) and not (symbol.name or "").startswith("h_")
+    library_file = os.path.basename(mapping.path) if mapping is not None else ""
+    profiling = (library_file.startswith(_PROFILING_LIBRARIES) and not (symbol.name or "").startswith("h_")
                  or (symbol.name or "").startswith(_PROFILING_FUNCTIONS)
                  or (mapping is not None and f"{os.sep}ittapi{os.sep}" in mapping.path))
     if symbol.library == "[anon]" and not symbol.name:

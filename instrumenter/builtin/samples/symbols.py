@@ -7,7 +7,9 @@ symbols (``.symtab`` when the library has one, and ``.dynsym``), by binary
 search over a sorted numpy array.  The ELF reader is a small one here (struct
 and numpy over an ``mmap`` of the file; no dependency).  C++ names are
 demangled with libstdc++'s ``__cxa_demangle`` (through ctypes; mangled names
-stay as they are where it is missing).
+stay as they are where it is missing), and the names it refuses made readable
+(:func:`readable`). A private extension module (``_C...so``) is named with its
+package (:func:`library_name`).
 
 Each library's table is built once per process and kept (:func:`elf_symbols`
 caches by path, size and modification time); libtorch_cpu.so, the largest
@@ -27,6 +29,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import re
 import struct
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -34,7 +37,7 @@ import numpy as np
 
 from .samplefile import Mapping
 
-__all__ = ["NativeSymbol", "ElfSymbols", "Symbolizer", "elf_symbols", "demangle"]
+__all__ = ["NativeSymbol", "ElfSymbols", "Symbolizer", "elf_symbols", "demangle", "library_name", "readable"]
 
 
 class NativeSymbol(NamedTuple):
@@ -301,7 +304,7 @@ def _load_demangler():
 
 
 def demangle(name: str) -> str:
-    """A C++ symbol's demangled name (``__cxa_demangle``), or the name itself."""
+    """A C++ symbol's demangled name (``__cxa_demangle``); where that fails, :func:`readable`'s."""
     if not name.startswith("_Z"):
         return name
     found = _DEMANGLED.get(name)
@@ -318,8 +321,54 @@ def demangle(name: str) -> str:
                         found = ctypes.string_at(raw).decode("utf-8", "replace")
                 finally:
                     free(raw)
+        if found == name:
+            found = readable(name)
         _DEMANGLED[name] = found
     return found
+
+
+#: a source name, ``<length><identifier>``: its digits not those of a substitution or template parameter
+#: (``S4_``, ``T0_``) nor of a longer number
+_SOURCE_NAME = re.compile(r"(?<![0-9ST])([1-9]\d*)([A-Za-z_])")
+
+
+def readable(name: str) -> str:
+    """A mangled name GNU's demangler refuses, made readable: GCC writes some it cannot read back (a lambda
+    inside a function template, in PyTorch's OpenMP regions: ``_ZN2at8internal15invoke_parallelIZNS_12parallel_
+    forIZ11compute_cpuIiE...._omp_fn.0``; ``c++filt`` gives up on it too). Its leading nested name up to the
+    first template arguments, then the other names it mentions, and its clone suffix:
+    ``at::internal::invoke_parallel<parallel_for, compute_cpu, …> [clone ._omp_fn.0] (partly demangled)``.
+    A name with no source name in it is returned as it is."""
+    body, dot, suffix = name.partition(".")
+    names, at, first_template = [], 0, None
+    while True:
+        found = _SOURCE_NAME.search(body, at)
+        if found is None:
+            break
+        length, start = int(found.group(1)), found.start(2)
+        identifier = body[start:start + length]
+        if len(identifier) < length or not re.fullmatch(r"[A-Za-z_]\w*", identifier):
+            at = found.end()
+            continue
+        if first_template is None and "I" in body[at:found.start()]:
+            first_template = len(names)
+        names.append(identifier)
+        at = start + length
+    if not names:
+        return name
+    head = names[:first_template] if first_template else names[:1]
+    inner = [n for n in dict.fromkeys(names[len(head):]) if n not in head]
+    text = "::".join(head) + (f"<{', '.join(inner)}, …>" if inner else "")
+    return text + (f" [clone {dot}{suffix}]" if dot else "") + " (partly demangled)"
+
+
+def library_name(path: str) -> str:
+    """How a library is named in the hotspots: its file name, but a private extension module's (``_C``,
+    ``_pywrap_tensorflow_internal``: a name many packages share) with its package's folder before it,
+    ``optree/_C.cpython-311-x86_64-linux-gnu.so``: which package is what the reader wants to know."""
+    name = os.path.basename(path)
+    package = os.path.basename(os.path.dirname(path))
+    return f"{package}/{name}" if name.startswith("_") and package else name
 
 
 class Symbolizer:
@@ -358,7 +407,7 @@ class Symbolizer:
             return NativeSymbol(None, None, address)
         if not m.path.startswith("/"):
             return NativeSymbol(None, m.path or "[anon]", address - m.start)
-        library = os.path.basename(m.path)
+        library = library_name(m.path)
         elf = elf_symbols(m.path)
         file_offset = address - m.start + m.offset
         vaddr = elf.vaddr(file_offset) if elf is not None else None
