@@ -131,3 +131,19 @@ def test_report_html_shows_the_summary_as_tables_with_whole_numbers(result):
     cells = [cell for table in parser.tables for cell in table]
     assert not [cell for cell in cells if CUT.search(cell)]
     assert not any("\n" in cell for cell in cells), "a cell is one value, not a terminal's wrapped lines"
+
+
+def test_the_header_counts_the_processes_and_threads_the_samples_saw():
+    # 1 process and 1 thread ran tasks; the samples saw 3 processes (DataLoader workers) and 5 threads
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from instrumenter.builtin.output.render import render
+    from tests.test_torch_ops import sampled_trace, summary_of
+
+    summary = replace(summary_of(sampled_trace([100] * 5, {2})), sampling={"processes_sampled": 3, "threads": 5})
+    console = Console(record=True, width=200)
+    render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
+    header = console.export_text().splitlines()[1]
+    assert "1 process(es), 1 thread(s) with tasks" in header and "; sampled: 3 process(es), 5 thread(s)" in header

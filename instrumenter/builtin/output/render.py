@@ -57,7 +57,7 @@ def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir
     elapsed = duration(summary.elapsed_s) if summary.elapsed_s is not None else "unknown (the run's end was not recorded)"
     console.print(f"  elapsed {elapsed}; collected (resume..pause) "
                   f"{duration(summary.collected_s)}{share}; {summary.processes} process(es), "
-                  f"{summary.threads} thread(s), {summary.events} events")
+                  f"{summary.threads} thread(s) with tasks, {summary.events} events{_sampled_threads(summary)}")
     split = summary.run_split
     if split and summary.elapsed_s:
         parts = (("before training", "before_s"), ("collected", "collected_s"),
@@ -97,6 +97,16 @@ def render(summary: BuiltinSummary, console: Console, *, script: str, result_dir
                    f"No trace.json, steps.svg or summary.json in {folder}/; ")
                   + f"`autoitt report {folder}` prints this again"
                   + ("." if verbose else ", with --verbose every task table."))
+
+
+def _sampled_threads(summary: BuiltinSummary) -> str:
+    """``; sampled: 9 processes, 14 threads``, where the samples saw more than the tasks did (DataLoader
+    workers, OpenMP and framework threads run no task but take CPU time)."""
+    sampling = summary.sampling or {}
+    processes, threads = sampling.get("processes_sampled"), sampling.get("threads")
+    if processes is None or threads is None or (processes <= summary.processes and threads <= summary.threads):
+        return ""
+    return f"; sampled: {processes} process(es), {threads} thread(s)"
 
 
 def _render_domains(summary: BuiltinSummary, console: Console, own_domain: Optional[str], all_domains: bool) -> None:

@@ -226,6 +226,9 @@ def _info(files: Sequence[SampleFile], period_s: float) -> Dict[str, object]:
         "dropped": int(sum(f.dropped for f in files)),
         "lost": int(sum(f.lost for f in files)),
         "processes": len(files),
+        # as the samples saw them: DataLoader workers and OpenMP threads run no task, but take CPU time
+        "processes_sampled": sum(1 for f in files if len(f)),
+        "threads": int(sum(len(np.unique(f.tid)) for f in files)),
         "reasons": reasons,
         "period_s": period_s,
     }
