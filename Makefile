@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# a run of about two seconds of training, sampled 200 times a second: hotspots that stand on a few hundred samples
 demo: $(STAMP)
-	$(VENV)/bin/autoitt profile --backend builtin samples/torch_train.py
+	$(VENV)/bin/autoitt profile --backend builtin --sample-rate 200 samples/torch_train.py --epochs 20 --train-samples 512 --log-every 64
 
 # the suite on 3.11 with every framework, then on the other versions that install here (README, "Python versions")
 test: $(STAMP)

@@ -6,8 +6,13 @@ randomly generated (but fully deterministic) data, then evaluated on a
 held-out synthetic test split.
 
 Usage:
-    python torch_train.py
+    python torch_train.py [--epochs N] [--train-samples N] [--log-every N]
+
+The defaults make a run of a few seconds, 16 steps; `make demo` asks for a
+longer one, so that the profile's hotspots stand on a few hundred samples.
 """
+
+import argparse
 
 import torch
 import torch.nn as nn
@@ -66,11 +71,20 @@ class ConvNet(nn.Module):
         return self.relu(self.bn(self.conv(x)))
 
 
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Train a tiny conv net on synthetic images.")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="passes over the training data")
+    parser.add_argument("--train-samples", type=int, default=TRAIN_SAMPLES, help="training images")
+    parser.add_argument("--log-every", type=int, default=1, help="print the loss every N batches")
+    return parser.parse_args(argv)
+
+
 def main():
+    args = parse_args()
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
 
-    train_dataset = SyntheticImageDataset(TRAIN_SAMPLES, seed=SEED)
+    train_dataset = SyntheticImageDataset(args.train_samples, seed=SEED)
     test_dataset = SyntheticImageDataset(TEST_SAMPLES, seed=SEED + 1)
 
     # Data preparation: compute simple per-channel statistics of the training
@@ -95,7 +109,7 @@ def main():
         model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM
     )
 
-    for epoch in range(EPOCHS):
+    for epoch in range(args.epochs):
         # Training phase
         model.train()
         for batch_index, (data, target) in enumerate(train_loader):
@@ -104,10 +118,11 @@ def main():
             loss = criterion(output, target)
             loss.backward()
             optimizer.step()
-            print(
-                f"Epoch {epoch + 1}/{EPOCHS} batch {batch_index}: "
-                f"train loss {loss.item():.6f}"
-            )
+            if batch_index % args.log_every == 0:
+                print(
+                    f"Epoch {epoch + 1}/{args.epochs} batch {batch_index}: "
+                    f"train loss {loss.item():.6f}"
+                )
 
         # Evaluation phase
         model.eval()
@@ -118,7 +133,7 @@ def main():
                 output = model(data)
                 eval_loss += criterion(output, target).item()
                 num_batches += 1
-        print(f"Epoch {epoch + 1}/{EPOCHS}: eval loss {eval_loss / num_batches:.6f}")
+        print(f"Epoch {epoch + 1}/{args.epochs}: eval loss {eval_loss / num_batches:.6f}")
 
     print("Training completed.")
 

@@ -46,6 +46,10 @@ def table(title: str, columns) -> Table:
     return made
 
 
+#: How wide a text column's content may ask to be before figure headings are unwrapped for the room.
+_TEXT_ROOM = 40
+
+
 def _figures_table():
     """rich's Table with its right-justified columns (the figures) fixed at their widest cell when it is
     drawn: rich shares a narrow screen out among all columns, cutting figures with "…" (``20.0…``, ``700…``),
@@ -65,7 +69,9 @@ def _figures_table():
             least = {id(c): max([width(cell) for cell in c._cells] + [len(w) for w in str(c.header).split()] + [1])
                      for c in figures}
             full = {id(c): max(least[id(c)], len(str(c.header))) for c in figures}
-            text = sum(min(16, max([width(cell) for cell in c._cells] + [1])) for c in self.columns if c not in figures)
+            # text columns keep their content's width (up to :data:`_TEXT_ROOM`) before a heading is unwrapped
+            text = sum(min(_TEXT_ROOM, max([width(cell) for cell in c._cells] + [1]))
+                       for c in self.columns if c not in figures)
             room = options.max_width - text - 3 * len(self.columns) - sum(least.values())
             for column in figures:
                 column.width = least[id(column)]
