@@ -68,7 +68,7 @@ def test_default_domain_is_derived_from_the_script_name():
 
 
 def test_label_option_renames_the_task_of_that_line():
-    result = CliRunner().invoke(cli, ["instrument", str(SAMPLES / "torch_train.py"), "--diff", "--label", "101=batch"])
+    result = CliRunner().invoke(cli, ["instrument", str(SAMPLES / "torch_train.py"), "--diff", "--label", "115=batch"])
     assert result.exit_code == 0, result.output
     assert '+                            itt.task_begin(_autoitt_domain, "batch")' in result.stdout
     assert '"batch_loop"' in result.stdout

@@ -14,7 +14,7 @@ compared loop (the first both sides have), so runs of different lengths compare.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -260,10 +260,7 @@ class Comparison:
                          for label, values in self.counters.items()},
             "run_split": {name: change.to_json() for name, change in self.run_split.items()},
             "unmatched": list(self.unmatched),
-            "conditions": None if self.conditions is None else {
-                "different_program": self.conditions.different_program,
-                "base": None if self.conditions.base is None else asdict(self.conditions.base),
-                "new": None if self.conditions.new is None else asdict(self.conditions.new)},
+            "conditions": None if self.conditions is None else self.conditions.to_json(),
         }
 
 
@@ -324,15 +321,9 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
 
 
 def _weighed(step: StepComparison, found: Conditions) -> StepComparison:
-    """``step`` with its verdict "inconclusive" where the conditions may explain it (:mod:`._conditions`): a
-    difference in the direction the machines explain, or any verdict between different programs."""
+    """``step`` with its verdict weighed by the conditions (:meth:`Conditions.weigh`)."""
     timing = step.timings[step.primary]
-    verdict = timing.verdict
-    why = found.different_program or found.explains(verdict.difference)
-    if why is None or verdict.difference == "unknown":
-        return step
-    weighed = Verdict("inconclusive", f"{why} (the noise test alone: {verdict.difference}; {verdict.how})")
-    return replace(step, timings={**step.timings, step.primary: replace(timing, verdict=weighed)})
+    return replace(step, timings={**step.timings, step.primary: replace(timing, verdict=found.weigh(timing.verdict))})
 
 
 def _steps(base: Side, new: Side, a: Sequence, b: Sequence, rank: Optional[int], threshold: Optional[float],

@@ -27,9 +27,11 @@ typical run (:class:`~._compare.Run`); output: :class:`Conditions`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from ._noise import Verdict
 
 #: Other work's cores busy, on average over a run, that differ between the sides enough to move a step: half
 #: a core taken from a run of one thread is that thread waiting for its core half of the time. (The suite's
@@ -125,6 +127,19 @@ class Conditions:
             return None
         return ("the machine, not the code, may explain it: " + "; ".join(reasons)
                 + ". Profile both on an idle machine to tell")
+
+    def weigh(self, verdict: Verdict) -> Verdict:
+        """``verdict``, or "inconclusive" saying why where the conditions may explain it: a difference in the
+        direction the machines explain, or any verdict between different programs."""
+        why = self.different_program or self.explains(verdict.difference)
+        if why is None or verdict.difference == "unknown":
+            return verdict
+        return Verdict("inconclusive", f"{why} (the noise test alone: {verdict.difference}; {verdict.how})")
+
+    def to_json(self) -> dict:
+        return {"different_program": self.different_program,
+                "base": None if self.base is None else asdict(self.base),
+                "new": None if self.new is None else asdict(self.new)}
 
     def notes(self) -> List[str]:
         """What a reader should know of the conditions even where they explain nothing: each side's machine,
