@@ -292,8 +292,10 @@ def test_lightnings_automatic_optimization_splits_as_the_clock_does_without_a_pr
 def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(tmp_path):
     """The split is compared with a separately timed torch.profiler run. Here two ranks share the machine's
     two cores with whatever else runs, so the two runs can see different loads (once in a full suite on
-    both cores: backward 63% against 75%). Both are measured again once before the split is called wrong;
-    a real disagreement is off both times. A run ended by gloo's abort at exit, torch's (tests/gloo_exit.py), is
+    both cores: backward 63% against 75%; once in CI, with the 3.14 suite on both cores, the reference's ranks
+    waited on each other twice running, backward 79% against our 68%, where quiet runs agree within 7 points).
+    Both are measured again up to twice before the split is called wrong: a real disagreement is off all three
+    times. A run ended by gloo's abort at exit, torch's (tests/gloo_exit.py), is
     run again."""
     (tmp_path / "train.py").write_text(DDP)
     env = dict(os.environ, TORCH_REFERENCE=str(REFERENCE.parent))
@@ -302,7 +304,7 @@ def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
         return autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
 
-    for _attempt in range(2):
+    for _attempt in range(3):
         done = past_gloos_exit_abort(profile)
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout)
@@ -314,7 +316,7 @@ def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(
         if _within_ten_points(ours, reference):
             break
     else:
-        pytest.fail(f"ours {ours} against torch.profiler's {reference}, twice")
+        pytest.fail(f"ours {ours} against torch.profiler's {reference}, three times")
 
 
 KERAS_XLA = """
