@@ -313,3 +313,33 @@ def test_hotspots_that_stand_on_few_samples_say_so(tmp_path):
     assert "Top hotspots" in shown
     assert ("these hotspots stand on about" in shown and "too few to rank them closely" in shown) == (worth < 50), \
         (worth, shown)
+
+
+KERAS_IMPORT = """\
+import numpy as np
+import keras
+
+x = np.random.default_rng(0).standard_normal((2048, 32)).astype("float32")
+y = (x[:, 0] > 0).astype("int32")
+model = keras.Sequential([keras.Input(shape=(32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_the_line_that_imports_keras_carries_its_import_time(tmp_path):
+    """TensorFlow's imports nest 150-200 Python frames deep: a sample keeps the outermost frames, the script's,
+    so the time is the `import keras` line's (py-spy puts 70-80 % of such a run's samples under it), not
+    importlib's with no line of the script."""
+    pytest.importorskip("keras")
+    import json
+
+    from tests.test_profile import autoitt
+
+    (tmp_path / "train.py").write_text(KERAS_IMPORT)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = json.loads(done.stdout)["hotspot_lines_outside"]
+    top = max(lines, key=lambda row: row["self_s"])
+    assert (top["file"], top["line"]) == ("train.py", 2) and top["share"] >= 0.5, lines

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from instrumenter.builtin.trace.events import read_trace_dir
-from instrumenter.builtin.samples.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, SampleFile,
-                                             read_sample_dir, read_sample_file)
+from instrumenter.collector import formats
+from instrumenter.builtin.samples.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, F_PY_CUT,
+                                                     F_PY_TRUNCATED, SampleFile, read_sample_dir, read_sample_file)
 from instrumenter.builtin.samples.symbols import Symbolizer
 from tests.conftest import ROOT
 from tests.cli_helpers import default_signals
@@ -198,6 +199,56 @@ def test_stacks_run_from_the_thread_start_to_the_interrupted_instruction(tmp_pat
         frames = sf.stacks[sf.stack[i]]
         assert symbols.lookup(frames[0][1]).library == "libc.so.6"  # clone3, start_thread
         assert [sf.codes[f[1]].qualname for f in frames if f[0] == "py"][-2:] == ["Thread.run", "busy"]
+
+
+def _python_names(sf: SampleFile, i: int):
+    return [sf.codes[f[1]].qualname if f[0] == "py" else f[0] for f in sf.stacks[sf.stack[i]] if f[0] != "native"]
+
+
+DEEP = script("""
+    import ittapi.compat as itt
+    def deep(n):
+        return deep(n - 1) if n else busy(0.4)
+    def main():
+        return deep(150)   # CALL
+    itt.resume()
+    main()
+""")
+
+
+def test_a_stack_deeper_than_a_sample_keeps_its_outermost_frames_and_marks_the_cut(tmp_path):
+    """An ``import`` 30 modules deep is 180 frames of importlib under the script's line: the script's frames,
+    the outermost, are the ones a user acts on. The innermost are kept too, and the cut between is marked."""
+    _, traces = run_target(tmp_path, DEEP)
+    sf = only_samples(traces)
+    in_busy = [i for i in range(len(sf)) if "busy" in _python_names(sf, i)]
+    assert len(in_busy) >= 200
+    main = next(c for c, code in sf.codes.items() if code.qualname == "main")
+    for i in in_busy:
+        names = _python_names(sf, i)
+        assert sf.flags[i] & F_PY_CUT and not sf.flags[i] & F_PY_TRUNCATED
+        assert names[:2] == ["<module>", "main"] and names[-1] == "busy", names
+        assert names.index("cut") == formats.PYTHON_OUTER_FRAMES and names.count("cut") == 1
+        assert len(names) == formats.MAX_PYTHON_FRAMES + 1 and set(names[2:-1]) == {"deep", "cut"}
+        assert ("py", main, line_of(DEEP, "# CALL")) in sf.stacks[sf.stack[i]]
+
+
+def test_a_stack_deeper_than_the_walk_follows_keeps_its_innermost_frames_and_says_so(tmp_path):
+    _, traces = run_target(tmp_path, script(f"""
+        import sys, ittapi.compat as itt
+        sys.setrecursionlimit(10000)
+        def deep(n):
+            return deep(n - 1) if n else busy(0.4)
+        itt.resume()
+        deep({formats.PYTHON_WALK_LIMIT + 100})
+    """))
+    sf = only_samples(traces)
+    in_busy = [i for i in range(len(sf)) if "busy" in _python_names(sf, i)]
+    assert len(in_busy) >= 200
+    for i in in_busy:
+        names = _python_names(sf, i)
+        assert sf.flags[i] & F_PY_TRUNCATED and not sf.flags[i] & F_PY_CUT
+        assert names == ["deep"] * (formats.MAX_PYTHON_FRAMES - 1) + ["busy"], names
 
 
 # --------------------------------------------------------------------------- tasks

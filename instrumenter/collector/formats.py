@@ -149,8 +149,10 @@ SAMPLES_STACK_HEAD = _layout("s_stack_head", "a stack: n_native native then n_py
                              "(counts: n_native << STACK_NATIVE_SHIFT | n_py)", "stack_id:u32", "counts:u32")
 SAMPLES_RAW_TAIL = _layout("s_raw_tail", "after a raw sample's entry, its stack's counts (as a stack's): its words "
                            "follow", "counts:u32", "reserved:u32")
-#: a stack's counts word: native frames in the high half, Python frames in the low
+#: a stack's counts word: native frames in the high half, Python frames in the low, and STACK_PY_CUT where the
+#: Python walk cut the middle of the stack (PYTHON_WALK's CUT)
 STACK_NATIVE_SHIFT = 16
+STACK_PY_CUT = 1 << 15
 SAMPLES_STATS = _layout("s_counts", "a thread's sample counts so far", "tid:u32", "serial:u32", "taken:u64",
                         "dropped:u64", "handler_ticks:u64")
 SAMPLES_LOST = _layout("s_lost", "samples a thread lost while the signal's handler was not the sampler's",
@@ -181,10 +183,18 @@ NATIVE_SHIFT = 8
 PYTHON_SHIFT = 12
 #: outcomes of the native walk (shifted by NATIVE_SHIFT) and of the Python walk (by PYTHON_SHIFT)
 NATIVE_WALK = {"TRUNCATED": 1, "RESTARTED": 2, "NOINFO": 4, "FAILED": 8}
-PYTHON_WALK = {"TRUNCATED": 1, "INVALID": 2, "UNKNOWN_CODE": 4}
+#: Python walk: TRUNCATED, the outermost frame was not reached within PYTHON_WALK_LIMIT (the innermost kept);
+#: CUT, frames were dropped from the middle: the last PYTHON_OUTER_FRAMES kept are the outermost ones
+PYTHON_WALK = {"TRUNCATED": 1, "INVALID": 2, "UNKNOWN_CODE": 4, "CUT": 8}
 #: frames a sample keeps, innermost first
 MAX_NATIVE_FRAMES = 128
 MAX_PYTHON_FRAMES = 64
+#: Of a deeper Python stack, a sample keeps the innermost MAX_PYTHON_FRAMES - this and the outermost this many:
+#: the script's own frames are the outermost (an ``import`` 30 modules deep is 180 frames of importlib, and the
+#: line of the script that imports is the one a user can act on).
+PYTHON_OUTER_FRAMES = 16
+#: The most Python frames one walk follows to reach the outermost (a 5,000-deep recursion costs no more).
+PYTHON_WALK_LIMIT = 2048
 
 # --------------------------------------------------------------------------------------------------------------
 # Limits and defaults of the collector's controls (environment variables read at load)
@@ -216,7 +226,9 @@ def c_constants() -> Dict[str, Union[int, float, bytes]]:
         "HIST_RATIO": HIST_RATIO, "HIST_BUCKETS": HIST_BUCKETS, "AGG_DEPTH": AGG_DEPTH,
         "S_MAGIC": SAMPLES_MAGIC, "S_VERSION": SAMPLES_VERSION,
         "S_MAX_NATIVE": MAX_NATIVE_FRAMES, "S_MAX_PY": MAX_PYTHON_FRAMES,
+        "S_PY_OUTER": PYTHON_OUTER_FRAMES, "S_PY_WALK_LIMIT": PYTHON_WALK_LIMIT,
         "SF_UW_SHIFT": NATIVE_SHIFT, "SF_PY_SHIFT": PYTHON_SHIFT, "S_STACK_NATIVE_SHIFT": STACK_NATIVE_SHIFT,
+        "S_STACK_PY_CUT": STACK_PY_CUT,
         "S_DEFAULT_HZ": SAMPLE_HZ_DEFAULT, "S_MAX_HZ": SAMPLE_HZ_MAX,
     }
     groups: Sequence[Tuple[str, Dict[str, int]]] = (

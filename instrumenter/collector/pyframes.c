@@ -438,24 +438,38 @@ static const _PyInterpreterFrame *frame_view(PyThreadState *ts, _PyInterpreterFr
     return copy->owner == FRAME_OWNED_BY_GENERATOR || PYF_IS_SHIM(copy) ? copy : NULL;
 }
 
+/* A frame past the first max, kept until the walk knows whether it is among the outermost S_PY_OUTER. */
+typedef struct outer_frame {
+    PyCodeObject *co; /* alive: held by its frame, which the interrupted thread cannot pop meanwhile */
+    uint32_t low;     /* (lasti + 1) << 1 | is_entry */
+} outer_frame;
+
 int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
 {
     *flags = 0;
     if (g_status != PYF_OK || p_is_finalizing()) return 0;
     PyThreadState *ts = p_this_tstate();
     if (!ts || ((uintptr_t)ts & 7)) return 0;
-    int n = 0, run = 0, first = 1, steps = 0;
+    /* Past max frames the walk goes on to the outermost, the last S_PY_OUTER in a ring: the stack keeps its
+       innermost max - S_PY_OUTER frames and its outermost S_PY_OUTER (PYW_CUT), since the program's own
+       frames are the outer ones.  Only S_PY_WALK_LIMIT frames are followed: past them the innermost max are
+       kept (PYW_TRUNCATED). */
+    int keeps_outer = max > S_PY_OUTER;
+    int n = 0, run = 0, first = 1, steps = 0, beyond = 0, reached = 0;
+    outer_frame ring[S_PY_OUTER];
     _PyInterpreterFrame frame_copy;
-    for (_PyInterpreterFrame *f = PYF_CURRENT(ts), *next; f; f = next) {
-        if (n == max) { *flags |= PYW_TRUNCATED; break; }
+    for (_PyInterpreterFrame *f = PYF_CURRENT(ts), *next;; f = next) {
+        if (!f) { reached = 1; break; }
+        if (n == max && (!keeps_outer || n + beyond == S_PY_WALK_LIMIT)) { *flags |= PYW_TRUNCATED; break; }
         /* shims do not count in n: a chain that loops through them must still end */
-        if (++steps > 2 * max + 16) { *flags |= PYW_INVALID; break; }
+        if (++steps > 2 * S_PY_WALK_LIMIT + 16) { *flags |= PYW_INVALID; break; }
         const _PyInterpreterFrame *v = frame_view(ts, f, &frame_copy);
         if (!v) { *flags |= PYW_INVALID; break; }
         next = v->previous;
         if (PYF_IS_SHIM(v)) {
             /* the Python frame above it began this C call of the evaluator: 3.11's is_entry */
-            if (run) out[n - 1] |= 1u;
+            if (run && beyond) ring[(beyond - 1) % S_PY_OUTER].low |= 1u;
+            else if (run) out[n - 1] |= 1u;
             run = 0;
             continue;
         }
@@ -478,10 +492,30 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
             continue;
         intptr_t lasti = instr - _PyCode_CODE(co);
         if (lasti < -1 || lasti >= Py_SIZE(view)) lasti = -1;
-        uint32_t id = code_id(co, view);
-        if (!id) *flags |= PYW_UNKNOWN_CODE;
-        out[n++] = (uint64_t)id << 32 | (uint32_t)((lasti + 1) << 1) | (PYF_IS_ENTRY(v) ? 1u : 0u);
+        uint32_t low = (uint32_t)((lasti + 1) << 1) | (PYF_IS_ENTRY(v) ? 1u : 0u);
+        if (n < max) {
+            uint32_t id = code_id(co, view);
+            if (!id) *flags |= PYW_UNKNOWN_CODE;
+            out[n++] = (uint64_t)id << 32 | low;
+        } else {
+            /* ids only for the frames kept: a deep recursion costs a pointer chase a frame */
+            ring[beyond++ % S_PY_OUTER] = (outer_frame){co, low};
+        }
         run++;
+    }
+    if (beyond && reached) {
+        /* the outermost S_PY_OUTER: the last out[] ones the ring does not replace, then the ring's, in order */
+        int k = beyond < S_PY_OUTER ? beyond : S_PY_OUTER, inner = max - S_PY_OUTER;
+        memmove(out + inner, out + inner + k, (size_t)(S_PY_OUTER - k) * sizeof *out);
+        for (int i = 0; i < k; i++) {
+            const outer_frame *o = &ring[(beyond - k + i) % S_PY_OUTER];
+            uint32_t id = code_id(o->co, o->co);
+            if (!id) *flags |= PYW_UNKNOWN_CODE;
+            out[inner + S_PY_OUTER - k + i] = (uint64_t)id << 32 | o->low;
+        }
+        *flags |= PYW_CUT;
+    } else if (beyond) {
+        *flags |= PYW_TRUNCATED;
     }
     return n;
 }

@@ -25,8 +25,10 @@
 int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, uint64_t *eval_start,
                   uint64_t *eval_size);
 
-/* Walk flags (format.h): PYW_TRUNCATED, more frames than max; PYW_INVALID, stopped at a frame that did not
- * look valid; PYW_UNKNOWN_CODE, a frame's code object could not be given an id (0 recorded). */
+/* Walk flags (format.h): PYW_CUT, more frames than max: the innermost max - S_PY_OUTER kept, then the outermost
+ * S_PY_OUTER (the middle cut); PYW_TRUNCATED, the outermost frame not reached within S_PY_WALK_LIMIT (or max, where
+ * max <= S_PY_OUTER): the innermost max kept; PYW_INVALID, stopped at a frame that did not look valid;
+ * PYW_UNKNOWN_CODE, a frame's code object could not be given an id (0 recorded). */
 
 /* The calling thread's Python frames, innermost first, as
  *   code_id << 32 | (lasti + 1) << 1 | is_entry

@@ -1022,12 +1022,19 @@ static void s_stacks_reset(void)
     s_stacks_cap = s_stacks_len = s_frames_len = s_frames_cap = 0;
 }
 
+/* A stack's counts word: its frames, and whether the Python walk cut its middle (the reader marks the cut). */
+static uint32_t s_stack_counts(const s_sample *s)
+{
+    uint32_t cut = (s->flags >> SF_PY_SHIFT) & PYW_CUT ? S_STACK_PY_CUT : 0;
+    return (uint32_t)s->n_native << S_STACK_NATIVE_SHIFT | s->n_py | cut;
+}
+
 /* The id of a sample's stack, written as a STACK record the first time; 0: no memory. */
 static uint32_t s_stack_id(const s_sample *s)
 {
     uint64_t key[1 + S_MAX_NATIVE + S_MAX_PY];
     size_t len = 1 + s->n_native + s->n_py;
-    key[0] = (uint64_t)s->n_native << S_STACK_NATIVE_SHIFT | s->n_py;
+    key[0] = s_stack_counts(s);
     memcpy(key + 1, s->native, s->n_native * 8u);
     memcpy(key + 1 + s->n_native, s->py, s->n_py * 8u);
     uint64_t h = s_hash_words(key, len);
@@ -1640,7 +1647,7 @@ void sampler_fatal(void)
             for (; tail != head; tail++) {
                 const s_sample *s = &st->ring[tail % S_RING];
                 s_entry e = s_entry_of(st, s, 0);
-                s_raw_tail counts = {(uint32_t)s->n_native << S_STACK_NATIVE_SHIFT | s->n_py, 0};
+                s_raw_tail counts = {s_stack_counts(s), 0};
                 unsigned char *b = s_fatal_buf;
                 size_t at = sizeof e + sizeof counts;
                 memcpy(b, &e, sizeof e);

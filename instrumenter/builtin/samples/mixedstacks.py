@@ -19,10 +19,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["Code", "Frame", "Mapping", "line_ranges", "merge_frames", "parse_maps", "python_frames"]
+from ...collector import formats
 
-#: A frame of a merged stack: ``("py", code_id, line)`` (line None: no location) or ``("native", address)``.
+__all__ = ["CUT", "CUT_CODE", "Code", "Frame", "Mapping", "line_ranges", "merge_frames", "parse_maps",
+           "python_frames", "stack_counts"]
+
+#: A frame of a merged stack: ``("py", code_id, line)`` (line None: no location), ``("native", address)``, or
+#: :data:`CUT`.
 Frame = Union[Tuple[str, int, Optional[int]], Tuple[str, int]]
+#: Where the collector cut the middle of a deep Python stack (formats.PYTHON_WALK's CUT): in a stack's Python
+#: frames, ``(CUT_CODE, None, False)``; in a merged stack, CUT.
+CUT_CODE = -1
+CUT: Frame = ("cut", 0)
 
 
 @dataclass(frozen=True)
@@ -98,14 +106,24 @@ def line_ranges(linetable: bytes, firstlineno: int) -> List[Tuple[int, int, Opti
     return out
 
 
-def python_frames(words: np.ndarray, codes: Dict[int, Code]) -> Tuple[Tuple[int, Optional[int], bool], ...]:
+def stack_counts(word: int) -> Tuple[int, int, bool]:
+    """A stack's counts word as (native frames, Python frames, whether the Python walk cut its middle)."""
+    n_native, low = divmod(word, 1 << formats.STACK_NATIVE_SHIFT)
+    return n_native, low & ~formats.STACK_PY_CUT, bool(low & formats.STACK_PY_CUT)
+
+
+def python_frames(words: np.ndarray, codes: Dict[int, Code],
+                  cut: bool = False) -> Tuple[Tuple[int, Optional[int], bool], ...]:
     """A stack record's Python frames (``code_id << 32 | (lasti + 1) << 1 | is_entry`` each, innermost first)
-    as (code id, line, is_entry), outermost first."""
+    as (code id, line, is_entry), outermost first; ``cut``: the collector kept only the outermost
+    ``PYTHON_OUTER_FRAMES`` and the innermost of a deeper stack, and ``(CUT_CODE, None, False)`` stands between."""
     out = []
     for word in reversed(words.tolist()):
         code_id, low = word >> 32, word & 0xFFFFFFFF
         code = codes.get(code_id)
         out.append((code_id, code.line((low >> 1) - 1) if code else None, bool(low & 1)))
+    if cut and len(out) > formats.PYTHON_OUTER_FRAMES:
+        out.insert(formats.PYTHON_OUTER_FRAMES, (CUT_CODE, None, False))
     return tuple(out)
 
 
@@ -128,7 +146,22 @@ def merge_frames(native: Sequence[int], python: Sequence[Tuple[int, Optional[int
     nothing but interpreter frames under them (what that Python line was doing: a dict lookup, an integer
     addition).  Native frames are given as lookup addresses: the return address minus one (in the call
     instruction), the interrupted instruction's own address for the innermost.
+
+    Where the collector cut the middle of the Python frames (a ``CUT_CODE`` frame), the outermost ones come
+    first, then :data:`CUT`, then the innermost merged with the native frames as above; native frames outside
+    the outermost ``_PyEval_EvalFrameDefault`` they replace ran in the part cut, and are left out.
     """
+    cut = next((i for i, frame in enumerate(python) if frame[0] == CUT_CODE), None)
+    if cut is not None:
+        outer: Tuple[Frame, ...] = tuple(("py", code_id, line) for code_id, line, _entry in python[:cut])
+        return outer + (CUT,) + _merged(native, python[cut + 1:], is_eval, is_interpreter, inside_cut=True)
+    return _merged(native, python, is_eval, is_interpreter, inside_cut=False)
+
+
+def _merged(native: Sequence[int], python: Sequence[Tuple[int, Optional[int], bool]],
+            is_eval: Callable[[int], bool], is_interpreter: Callable[[int], bool],
+            inside_cut: bool) -> Tuple[Frame, ...]:
+    """:func:`merge_frames` of Python frames with no cut; ``inside_cut``: they are the innermost of a cut stack."""
     lookup = [a - 1 for a in native[:-1]] + list(native[-1:])
     runs: List[List[Frame]] = []
     for code_id, line, entry in python:
@@ -147,7 +180,10 @@ def merge_frames(native: Sequence[int], python: Sequence[Tuple[int, Optional[int
     while keep_from > 0 and interp[keep_from - 1] and (keep_from - 1) not in matched:
         keep_from -= 1
     out: List[Frame] = [frame for run in left for frame in run]
+    outermost = min(matched) if inside_cut and matched else 0
     for i, address in enumerate(lookup):
+        if i < outermost:
+            continue
         if i in matched:
             out.extend(matched[i])
         elif interp[i] and (i < keep_from or is_eval(address)):

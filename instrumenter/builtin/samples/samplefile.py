@@ -85,8 +85,8 @@ kind  name       payload
                  byte strings: ``co_filename`` and ``co_qualname`` (UTF-8, cut at 1024
                  bytes) and ``co_linetable`` (CPython's location table; empty if
                  over 64 KiB).
-6     stack      u32 stack id, u16 Python frame count, u16 native frame count, then the
-                 native frames (u64 each, innermost first: the first is the
+6     stack      u32 stack id, u16 Python frame count (bit 15: the middle cut), u16
+                 native frame count, then the native frames (u64 each, innermost first: the first is the
                  interrupted instruction, the others return addresses), then the Python
                  frames (u64 each, innermost first: ``code_id << 32 | (lasti + 1) << 1 |
                  is_entry``, lasti the frame's last instruction in 2-byte code units, -1
@@ -119,8 +119,9 @@ Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task is
 bit 3 the thread had more than 64 tasks open (the task is the 64th), bit 4 the stack pointer was outside the
 thread's stack, bit 5 a library was being unloaded (4, 5: only the interrupted instruction); native walk: bit
 8 truncated at the maximum, bit 9 resumed after code without unwind information, bit 10 ended at code without
-unwind information, bit 11 ended at a frame its rules could not unwind; Python walk: bit 12 truncated at the
-maximum, bit 13 stopped at a frame that did not look valid, bit 14 a code object had no id.
+unwind information, bit 11 ended at a frame its rules could not unwind; Python walk: bit 12 outermost frame
+not reached, bit 13 stopped at a frame that did not look valid, bit 14 a code object had no id, bit 15 the
+middle of a deep stack cut (its innermost and outermost frames kept).
 
 Reading
 =======
@@ -145,7 +146,7 @@ import numpy as np
 
 from ...collector import formats
 from ..trace.clock import Clock
-from .mixedstacks import Code, Frame, Mapping, line_ranges, merge_frames, parse_maps, python_frames
+from .mixedstacks import Code, Frame, Mapping, line_ranges, merge_frames, parse_maps, python_frames, stack_counts
 
 __all__ = ["SampleFile", "SampleFormatError", "Code", "Mapping", "ThreadCounts", "read_sample_file",
            "read_sample_dir", "merge_frames", "line_ranges", "parse_maps", "Frame", "SAMPLE"]
@@ -171,8 +172,8 @@ F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING
     formats.SAMPLE_FLAGS[k] for k in ("PAUSED", "DETACHED", "INHERITED", "TASKS_OVERFLOW", "NO_STACK_MAP", "UNLOADING"))
 F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = (
     formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NOINFO", "FAILED"))
-F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE = (
-    formats.PYTHON_WALK[k] << formats.PYTHON_SHIFT for k in ("TRUNCATED", "INVALID", "UNKNOWN_CODE"))
+F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE, F_PY_CUT = (
+    formats.PYTHON_WALK[k] << formats.PYTHON_SHIFT for k in ("TRUNCATED", "INVALID", "UNKNOWN_CODE", "CUT"))
 
 MECHANISMS = {value: name.lower() for name, value in formats.MECHANISMS.items()}
 PYTHON = {value: "frames" if name == "OK" else name.lower() for name, value in formats.PYTHON_FRAMES.items()}
@@ -295,12 +296,10 @@ class SampleFile:
 
     def frame_text(self, frame: Frame) -> str:
         """A Python frame as ``qualname (file:line)``; a native one as its address."""
-        if frame[0] == "py":
-            code = self.codes.get(frame[1])
-            if code is None:
-                return f"<code {frame[1]}>"
-            return f"{code.qualname} ({os.path.basename(code.filename)}:{frame[2]})"
-        return f"{frame[1]:#x}"
+        if frame[0] != "py":
+            return f"{frame[1]:#x}" if frame[0] == "native" else "[frames of a deep stack left out]"
+        code = self.codes.get(frame[1])
+        return f"<code {frame[1]}>" if code is None else f"{code.qualname} ({os.path.basename(code.filename)}:{frame[2]})"
 
 
 def read_sample_file(path: Union[str, Path]) -> SampleFile:
@@ -348,10 +347,10 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
                 batches.append(np.frombuffer(mv[p:p + length - length % SAMPLE.itemsize], SAMPLE).copy())
             elif kind == R_STACK:
                 stack_id, counts_word = _STACK_HEAD.unpack_from(data, p)
-                n_native, n_py = divmod(counts_word, 1 << formats.STACK_NATIVE_SHIFT)
+                n_native, n_py, cut = stack_counts(counts_word)
                 q = p + _STACK_HEAD.size
                 words = np.frombuffer(mv[q:q + 8 * (n_native + n_py)], "<u8")
-                stacks_by_id[stack_id] = (words[:n_native].copy(), words[n_native:].copy())
+                stacks_by_id[stack_id] = (words[:n_native].copy(), words[n_native:].copy(), cut)
             elif kind == R_CLOCK:
                 clock.add(*_CLOCK.unpack_from(data, p))
             elif kind == R_CODE:
@@ -365,9 +364,9 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
                 raw.append(np.frombuffer(mv[p:p + SAMPLE.itemsize], SAMPLE).copy())
                 raw[-1]["stack"] = 1 << 31 | len(raw)
                 counts_word, _ = _RAW_TAIL.unpack_from(data, p + SAMPLE.itemsize)
-                n_native, n_py = divmod(counts_word, 1 << formats.STACK_NATIVE_SHIFT)
+                n_native, n_py, cut = stack_counts(counts_word)
                 words = np.frombuffer(mv[p + SAMPLE.itemsize + _RAW_TAIL.size:end], "<u8")[:n_native + n_py]
-                stacks_by_id[1 << 31 | len(raw)] = (words[:n_native].copy(), words[n_native:].copy())
+                stacks_by_id[1 << 31 | len(raw)] = (words[:n_native].copy(), words[n_native:].copy(), cut)
             elif kind == R_INFO:
                 (hz, mechanism, sig, python, period, eval_start, eval_size, py_version, _mn, _mp,
                  _ring, cold_start, cold_size) = _INFO.unpack_from(data, p)
@@ -407,8 +406,8 @@ def _read(path: Path, data: mmap.mmap) -> SampleFile:
     index_of: Dict[Tuple, int] = {}
     ids, dense = np.array(sorted(stacks_by_id), np.int64), []
     for stack_id in ids.tolist():
-        native, python = stacks_by_id[stack_id]
-        key = (tuple(reversed(native.tolist())), python_frames(python, out.codes))
+        native, python, cut = stacks_by_id[stack_id]
+        key = (tuple(reversed(native.tolist())), python_frames(python, out.codes, cut))
         if key not in index_of:
             index_of[key] = len(out.native_stacks)
             out.native_stacks.append(key[0])

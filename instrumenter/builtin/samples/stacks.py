@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ...profile.instrumentation import Instrumentation
 from .hotspots import Frame
+from .mixedstacks import CUT
 from .samplefile import SampleFile
 from .symbols import Symbolizer
 
@@ -29,6 +30,8 @@ _OWN = str(Path(__file__).resolve().parents[2]) + os.sep  # instrumenter/ (this 
 _LAUNCHER = _OWN + "launch" + os.sep
 #: What profiling costs, as one frame: where a stack enters it, the frames it calls are folded into it.
 AUTOITT = Frame(function="[profiling: markers, ITT, collector]", library="autoitt")
+#: Where the collector cut the middle of a deep Python stack (its outermost frames, the script's, are kept).
+DEEP_STACK_CUT = Frame(function="[frames of a deep stack left out]")
 #: Native code that is profiling's own: autoitt's collector (not its hooks, ``h_*``: they run the program's
 #: threads and calls), ittapi's, and PyTorch's ITT path (emit_itt's callbacks run inside RecordFunction, from
 #: the dispatcher). Not _around: it calls the user's closure.
@@ -77,7 +80,9 @@ class Resolver:
         for stack in samples.stacks:
             entries = []
             for frame in stack:
-                if frame[0] == "py":
+                if frame == CUT:
+                    entries.append((DEEP_STACK_CUT, False, False))
+                elif frame[0] == "py":
                     key = (frame[1], frame[2])
                     if key not in python:
                         python[key] = self._python(samples, frame[1], frame[2])
