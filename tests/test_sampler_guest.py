@@ -19,7 +19,7 @@ import pytest
 from instrumenter.builtin.samples.samplefile import F_NO_STACK_MAP, read_sample_dir
 from tests.test_collector import run_target, target_env
 from tests.test_crash_hunt import hunt
-from tests.test_sampling import BUSY, REFUSE, only_samples, python_leaves
+from tests.test_sampling import BUSY, REFUSE, cpu_time, only_samples, python_leaves
 
 PROCESS_VM_READV = 310  # x86-64
 
@@ -403,7 +403,7 @@ def test_a_forked_child_samples_its_thread_without_the_parents_altstack_bookkeep
         print("done")
     """))
     assert done.stdout == "done\n"
-    files = {sf.pid: sf for sf in read_sample_dir(traces)}
+    files = {sf.pid: cpu_time(sf) for sf in read_sample_dir(traces)}
     child = next(sf for pid, sf in files.items() if sf.ppid != 0 and sf.forked)
     assert len({int(t) for t in child.tid}) == 2 and len(child) >= 200
     assert not (child.flags & F_NO_STACK_MAP).any()

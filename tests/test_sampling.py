@@ -18,6 +18,7 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
@@ -27,7 +28,8 @@ import pytest
 from instrumenter.builtin.trace.events import read_trace_dir
 from instrumenter.collector import formats
 from instrumenter.builtin.samples.samplefile import (F_NATIVE_FAILED, F_NATIVE_NO_INFO, F_NATIVE_TRUNCATED, F_PY_CUT,
-                                                     F_PY_TRUNCATED, SampleFile, read_sample_dir, read_sample_file)
+                                                     F_OFF_CPU, F_PY_TRUNCATED, SampleFile, read_sample_dir,
+                                                     read_sample_file)
 from instrumenter.builtin.samples.symbols import Symbolizer
 from tests.conftest import ROOT
 from tests.cli_helpers import default_signals
@@ -73,11 +75,19 @@ def script(code: str) -> str:
     return BUSY + textwrap.dedent(code)
 
 
-def only_samples(traces: Path) -> SampleFile:
+def only_samples(traces: Path, off_cpu: bool = False) -> SampleFile:
+    """The one process's samples: its CPU-time samples only, unless ``off_cpu`` (tests/test_off_cpu.py)."""
     found = read_sample_dir(traces)
     assert len(found) == 1, [s.path for s in found]
     assert found[0].warnings == []
-    return found[0]
+    return found[0] if off_cpu else cpu_time(found[0])
+
+
+def cpu_time(sf: SampleFile) -> SampleFile:
+    """``sf`` without its off-CPU samples (a thread waiting, even for a core on a loaded machine, gets those)."""
+    keep = (sf.flags & F_OFF_CPU) == 0
+    return replace(sf, **{name: getattr(sf, name)[keep] for name in (
+        "ns", "tid", "stack", "flags", "weight", "task_domain", "task_name", "autoitt_domain", "autoitt_name")})
 
 
 def line_of(code: str, marker: str) -> int:
@@ -513,7 +523,7 @@ def test_a_forked_child_writes_its_own_samples_file(tmp_path):
         print(os.getpid(), process.pid)
     """))
     parent_pid, child_pid = map(int, done.stdout.split())
-    files = {sf.pid: sf for sf in read_sample_dir(traces)}
+    files = {sf.pid: cpu_time(sf) for sf in read_sample_dir(traces)}
     assert set(files) == {parent_pid, child_pid}
     child = files[child_pid]
     assert child.forked and child.ppid == parent_pid and not files[parent_pid].forked

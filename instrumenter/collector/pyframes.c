@@ -71,6 +71,7 @@
 #if PY_VERSION_HEX >= 0x030D0000
 #include "internal/pycore_runtime.h"
 #endif
+#include "internal/pycore_interp.h" /* the interpreter's list of thread states (off-CPU samples) */
 #pragma GCC diagnostic pop
 #else
 #define PYF_BUILT 0
@@ -131,6 +132,7 @@ static _Atomic pid_t g_pid_now;         /* for process_vm_readv (0: look it up) 
 
 #if PYF_BUILT
 static PyThreadState *(*p_this_tstate)(void);
+static PyInterpreterState *(*p_main_interp)(void);
 static int (*p_is_finalizing)(void);
 static PyTypeObject *p_code_type, *p_unicode_type, *p_bytes_type;
 #endif
@@ -206,6 +208,7 @@ int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, u
         return g_status = PYF_UNSUPPORTED;
     }
     p_this_tstate = (PyThreadState * (*)(void)) this_tstate;
+    *(void **)&p_main_interp = dlsym(RTLD_DEFAULT, "PyInterpreterState_Main"); /* off-CPU samples only */
     /* public from 3.13; the private name before (and gone since) */
     *(void **)&p_is_finalizing = dlsym(RTLD_DEFAULT, PY_VERSION_HEX >= 0x030D0000 ? "Py_IsFinalizing" : "_Py_IsFinalizing");
     p_code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
@@ -431,6 +434,7 @@ static const _PyInterpreterFrame *frame_view(PyThreadState *ts, _PyInterpreterFr
 {
     uintptr_t a = (uintptr_t)f;
     if (a < 4096 || (a & 7) || a >= ((uintptr_t)1 << 47)) return NULL;
+    if (!ts) return probe_read(f, copy, sizeof *copy) ? copy : NULL; /* another thread's: every frame copied */
     int n = 0;
     for (_PyStackChunk *c = ts->datastack_chunk; c && n < 256; c = c->previous, n++)
         if (a >= (uintptr_t)c && a + sizeof(_PyInterpreterFrame) <= (uintptr_t)c + c->size) return f;
@@ -444,12 +448,10 @@ typedef struct outer_frame {
     uint32_t low;     /* (lasti + 1) << 1 | is_entry */
 } outer_frame;
 
-int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
+/* The walk from frame `current`: of the calling thread (ts, its state), or of another thread (ts NULL: every
+   frame and code object read through a checked copy). */
+static int walk(PyThreadState *ts, _PyInterpreterFrame *current, uint64_t *out, int max, uint32_t *flags)
 {
-    *flags = 0;
-    if (g_status != PYF_OK || p_is_finalizing()) return 0;
-    PyThreadState *ts = p_this_tstate();
-    if (!ts || ((uintptr_t)ts & 7)) return 0;
     /* Past max frames the walk goes on to the outermost, the last S_PY_OUTER in a ring: the stack keeps its
        innermost max - S_PY_OUTER frames and its outermost S_PY_OUTER (PYW_CUT), since the program's own
        frames are the outer ones.  Only S_PY_WALK_LIMIT frames are followed: past them the innermost max are
@@ -458,7 +460,7 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
     int n = 0, run = 0, first = 1, steps = 0, beyond = 0, reached = 0;
     outer_frame ring[S_PY_OUTER];
     _PyInterpreterFrame frame_copy;
-    for (_PyInterpreterFrame *f = PYF_CURRENT(ts), *next;; f = next) {
+    for (_PyInterpreterFrame *f = current, *next;; f = next) {
         if (!f) { reached = 1; break; }
         if (n == max && (!keeps_outer || n + beyond == S_PY_WALK_LIMIT)) { *flags |= PYW_TRUNCATED; break; }
         /* shims do not count in n: a chain that loops through them must still end */
@@ -480,7 +482,7 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
            code object is read through a checked copy; the outer ones are alive. */
         PyCodeObject copy;
         const PyCodeObject *view = co;
-        if (first) {
+        if (first || !ts) {
             if (!probe_read(co, &copy, offsetof(PyCodeObject, co_code_adaptive))) { *flags |= PYW_INVALID; break; }
             view = &copy;
         }
@@ -509,7 +511,10 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
         memmove(out + inner, out + inner + k, (size_t)(S_PY_OUTER - k) * sizeof *out);
         for (int i = 0; i < k; i++) {
             const outer_frame *o = &ring[(beyond - k + i) % S_PY_OUTER];
-            uint32_t id = code_id(o->co, o->co);
+            PyCodeObject copy;
+            const PyCodeObject *view = o->co;
+            if (!ts) view = probe_read(o->co, &copy, offsetof(PyCodeObject, co_code_adaptive)) ? &copy : NULL;
+            uint32_t id = view ? code_id(o->co, view) : 0;
             if (!id) *flags |= PYW_UNKNOWN_CODE;
             out[inner + S_PY_OUTER - k + i] = (uint64_t)id << 32 | o->low;
         }
@@ -518,6 +523,60 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
         *flags |= PYW_TRUNCATED;
     }
     return n;
+}
+
+int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
+{
+    *flags = 0;
+    if (g_status != PYF_OK || p_is_finalizing()) return 0;
+    PyThreadState *ts = p_this_tstate();
+    if (!ts || ((uintptr_t)ts & 7)) return 0;
+    return walk(ts, PYF_CURRENT(ts), out, max, flags);
+}
+
+/* Whether checked reads are process_vm_readv's: where it is refused, a read probes the pages first and then
+   copies, and another thread (not the one read, which is not running) could unmap a page in between.  In a
+   signal handler that race is the thread's own; reading other threads, it is not: they are not read there. */
+static int vm_reads(void)
+{
+    uint64_t probe = 1, copy = 0;
+    return probe_read(&probe, &copy, sizeof copy) && !atomic_load(&g_vm_refused);
+}
+
+int pyframes_threads(uint32_t *tids, uintptr_t *states, int max)
+{
+    if (g_status != PYF_OK || !p_main_interp || p_is_finalizing() || !vm_reads()) return 0;
+    PyInterpreterState *interp = p_main_interp();
+    PyThreadState *ts = NULL;
+    if (!interp || !probe_read(&interp->threads.head, &ts, sizeof ts)) return 0;
+    int n = 0;
+    for (int seen = 0; ts && n < max && seen < 4 * max; seen++) {
+        PyThreadState copy;
+        if (((uintptr_t)ts & 7) || !probe_read(ts, &copy, sizeof copy)) break;
+        if (copy.native_thread_id > 0) {
+            tids[n] = (uint32_t)copy.native_thread_id;
+            states[n++] = (uintptr_t)ts;
+        }
+        ts = copy.next;
+    }
+    return n;
+}
+
+int pyframes_walk_other(uintptr_t state, uint64_t *out, int max, uint32_t *flags)
+{
+    *flags = 0;
+    if (g_status != PYF_OK || p_is_finalizing() || !state || (state & 7) || !vm_reads()) return 0;
+    PyThreadState copy;
+    if (!probe_read((const void *)state, &copy, sizeof copy)) return 0;
+    _PyInterpreterFrame *current = NULL;
+#if PY_VERSION_HEX < 0x030D0000
+    _PyCFrame cframe;
+    if (!copy.cframe || ((uintptr_t)copy.cframe & 7) || !probe_read(copy.cframe, &cframe, sizeof cframe)) return 0;
+    current = cframe.current_frame;
+#else
+    current = copy.current_frame;
+#endif
+    return walk(NULL, current, out, max, flags);
 }
 
 #else
@@ -530,6 +589,20 @@ int pyframes_walk(uint64_t *out, int max, uint32_t *flags)
     (void)max;
     *flags = 0;
     return 0;
+}
+
+int pyframes_threads(uint32_t *tids, uintptr_t *states, int max)
+{
+    (void)tids;
+    (void)states;
+    (void)max;
+    return 0;
+}
+
+int pyframes_walk_other(uintptr_t state, uint64_t *out, int max, uint32_t *flags)
+{
+    (void)state;
+    return pyframes_walk(out, max, flags);
 }
 
 #endif

@@ -36,6 +36,16 @@ int pyframes_init(char *reason, size_t reason_size, uint32_t *running_version, u
  * Async-signal-safe (no locks, no allocation): meant for the sampling signal's handler. */
 int pyframes_walk(uint64_t *out, int max, uint32_t *flags);
 
+/* The main interpreter's Python threads, at most max: their native thread ids and thread states, read without
+ * the GIL through checked copies (a thread may come or go meanwhile: a state is only a handle for
+ * pyframes_walk_other).  Not for signal context; returns how many. */
+int pyframes_threads(uint32_t *tids, uintptr_t *states, int max);
+
+/* Another thread's Python frames, as pyframes_walk gives them, every frame and code object read through a
+ * checked copy: never faults, but consistent only while that thread does not run, which the caller checks
+ * (sampler.c's off-CPU samples: its CPU clock did not move during the walk).  Not for signal context. */
+int pyframes_walk_other(uintptr_t state, uint64_t *out, int max, uint32_t *flags);
+
 /* A code object seen by pyframes_walk, by id (1, 2, ... in order of first sight). */
 typedef struct pyframes_code {
     int32_t firstlineno;

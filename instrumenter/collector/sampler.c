@@ -71,6 +71,8 @@ typedef struct sthread {
                                       at the last scan (scanner) */
     uint64_t lost;                 /* estimated samples lost while the handler was not ours (scanner) */
     uint64_t stats_written;        /* taken + dropped at the last counts written */
+    uint64_t off_seen_ns;          /* off-CPU samples (scanner): when this thread was last looked at, 0: never, */
+    uint64_t off_carry_ns;         /* and the wall time looked at that no sample's weight holds yet */
     /* its name where the scanner shares the program's descriptor table: reading /proc/self/task/T/comm there
        would take the program's lowest free number for a moment, so the thread names itself (PR_GET_NAME, a
        system call) at its first sample, and the scanner writes it at its next drain */
@@ -132,6 +134,7 @@ static ino_t s_maps_ino;
 enum { S_TABLE_UNSETTLED, S_TABLE_SHARED, S_TABLE_OWN };
 static _Atomic int s_table;
 static int s_table_shared_forced;          /* AUTOITT_SAMPLE_SHARED_FDS=1: as where unshare is refused */
+static int s_off_cpu = 1;                  /* AUTOITT_SAMPLE_OFF_CPU=0: no off-CPU samples */
 static DIR *s_task_dir;                    /* /proc/self/task, listed at each scan */
 static uint32_t s_task_dir_pid;
 static _Atomic int s_scan_now;             /* a thread started: scan without waiting out the period */
@@ -142,23 +145,12 @@ static _Atomic int s_scan_now;             /* a thread started: scan without wai
 /* ------------------------------------------------------------------------- */
 /* The signal handler.                                                       */
 
-static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
+/* The sample's tasks: the thread's own (its trace buffer's task stack), else the process's current own task;
+   returns the flags they add.  In the handler (the thread's own stack), and in the scanner for an off-CPU
+   sample (another thread's, read while that thread does not run). */
+static uint32_t s_tasks(sthread *st, s_sample *s)
 {
-    uint64_t t0 = now_ticks();
-    uint32_t head = atomic_load_explicit(&st->head, memory_order_relaxed);
-    if (head - atomic_load_explicit(&st->tail, memory_order_acquire) >= S_RING) {
-        atomic_store_explicit(&st->dropped, atomic_load_explicit(&st->dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-        return;
-    }
-    s_sample *s = &st->ring[head % S_RING];
-    s->ticks = t0;
     uint32_t flags = 0;
-    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
-    if (state & ST_PAUSED) flags |= SF_PAUSED;
-    if (state & ST_DETACHED) flags |= SF_DETACHED;
-
-    /* tasks: the thread's own (its trace buffer's task stack), else the process's current own task */
     s->task_domain = s->task_name = s->autoitt_domain = s->autoitt_name = 0;
     tbuf *tb = atomic_load_explicit(&st->tb, memory_order_acquire);
     int own = 0;
@@ -187,6 +179,26 @@ static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
             flags |= SF_INHERITED;
         }
     }
+    return flags;
+}
+
+static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
+{
+    uint64_t t0 = now_ticks();
+    uint32_t head = atomic_load_explicit(&st->head, memory_order_relaxed);
+    if (head - atomic_load_explicit(&st->tail, memory_order_acquire) >= S_RING) {
+        atomic_store_explicit(&st->dropped, atomic_load_explicit(&st->dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        return;
+    }
+    s_sample *s = &st->ring[head % S_RING];
+    s->ticks = t0;
+    uint32_t flags = 0;
+    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (state & ST_PAUSED) flags |= SF_PAUSED;
+    if (state & ST_DETACHED) flags |= SF_DETACHED;
+
+    flags |= s_tasks(st, s);
 
     /* native frames: never while a library is being unloaded (hooks.c), and only on the thread's own
        stack, whose bounds the thread gave itself (JIT code may point rsp anywhere) */
@@ -622,6 +634,7 @@ static sthread *s_new_state_locked(uint32_t tid)
     atomic_store(&st->handler_ticks, 0);
     st->stats_written = 0;
     st->due = st->due_taken = st->lost = 0;
+    st->off_seen_ns = st->off_carry_ns = 0;
     memset(&st->cache, 0, sizeof st->cache);
     if (atomic_load(&s_table) == S_TABLE_OWN) {
         char name[32];
@@ -1085,6 +1098,90 @@ static s_entry s_entry_of(const sthread *st, const s_sample *s, uint32_t stack)
     return e;
 }
 
+/* ------------------------------------------------------------------------- */
+/* Off-CPU samples: where a Python thread waits.                              */
+
+/* A thread's CPU time (ns), from its CPU-time clock (the clock id of Linux's CPUCLOCK_SCHED, per thread: no
+   descriptor, no /proc read); UINT64_MAX where it cannot be read (the thread is gone). */
+static uint64_t s_thread_cpu_ns(uint32_t tid)
+{
+    struct timespec ts;
+    clockid_t clock = (clockid_t)((~(unsigned)tid) << 3 | 6);
+    if (clock_gettime(clock, &ts) != 0) return UINT64_MAX;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether thread tid is blocked (/proc/self/task/TID/stat's state: not R, running or waiting for a core):
+   where the scanner shares the program's descriptor table, opening a file would take the program's lowest
+   free number for a moment, so there a thread off the CPU counts as blocked. */
+static int s_thread_blocked(uint32_t tid)
+{
+    if (atomic_load(&s_table) != S_TABLE_OWN) return 1;
+    char path[64], text[256];
+    snprintf(path, sizeof path, "/proc/self/task/%u/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    text[n] = 0;
+    const char *end = strrchr(text, ')'); /* the name may hold spaces and parentheses: the state follows the last */
+    return end && end[1] == ' ' && end[2] && end[2] != 'R';
+}
+
+/* At each scan, every sampled thread that has a Python thread state and is blocked right now gets an off-CPU
+   sample: its Python frames (no native ones: they would need a signal, which could end the thread's blocking
+   call with EINTR), its tasks, and as weight the wall time since the thread was last looked at, in sampling
+   periods (the rest carried to the next).  Blocked: its CPU clock reads the same twice in a row, and again
+   after its frames are read (a running thread's clock moves within a microsecond; one that woke during the
+   read gets nothing), and its state is not runnable.  A thread waiting for a core is not counted: on a busy
+   machine the scanner's own wakeup takes a core from a thread, which would then look off the CPU at every
+   look.  So off-CPU time per line is estimated as py-spy's --idle and Austin's wall mode do, one look every
+   scan; what the thread did between looks is not seen (a thread running at a look gets no weight for that
+   interval's waits, one blocked at it gets the whole interval). */
+static void s_off_cpu_locked(void)
+{
+    enum { MAX_PY_THREADS = 256 };
+    if (!s_off_cpu || s_py != PYF_OK || !s_period_ns) return;
+    uint32_t tids[MAX_PY_THREADS];
+    uintptr_t states[MAX_PY_THREADS];
+    int n = pyframes_threads(tids, states, MAX_PY_THREADS);
+    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    s_entry batch[64];
+    size_t taken = 0;
+    s_sample s;
+    for (uint32_t i = 0; i < s_nthreads && taken < sizeof batch / sizeof *batch; i++) {
+        sthread *st = atomic_load(&s_threads[i]);
+        if (!st->in_use || st->tid == atomic_load(&s_scanner_tid)) continue;
+        int k = 0;
+        while (k < n && tids[k] != st->tid) k++;
+        if (k == n) continue;
+        uint64_t elapsed = st->off_seen_ns ? now - st->off_seen_ns + st->off_carry_ns : 0;
+        st->off_seen_ns = now;
+        st->off_carry_ns = 0;
+        uint64_t before = s_thread_cpu_ns(st->tid);
+        if (!elapsed || before == UINT64_MAX || s_thread_cpu_ns(st->tid) != before || !s_thread_blocked(st->tid))
+            continue;
+        s.ticks = now_ticks();
+        int state = atomic_load_explicit(&g_state, memory_order_relaxed);
+        uint32_t flags = SF_OFF_CPU | (state & ST_PAUSED ? SF_PAUSED : 0) | (state & ST_DETACHED ? SF_DETACHED : 0);
+        flags |= s_tasks(st, &s);
+        uint32_t pyf = 0;
+        int np = pyframes_walk_other(states[k], s.py, S_MAX_PY, &pyf);
+        if (s_thread_cpu_ns(st->tid) != before || np == 0) continue;
+        st->off_carry_ns = elapsed % s_period_ns;
+        uint64_t weight = elapsed / s_period_ns;
+        if (!weight) continue;
+        s.weight = weight > UINT32_MAX ? UINT32_MAX : (uint32_t)weight;
+        s.flags = flags | pyf << SF_PY_SHIFT;
+        s.n_native = 0;
+        s.n_py = (uint16_t)np;
+        batch[taken++] = s_entry_of(st, &s, s_stack_id(&s));
+    }
+    unsigned char *p;
+    if (taken && (p = s_record(SR_SAMPLES, taken * sizeof *batch))) memcpy(p, batch, taken * sizeof *batch);
+}
+
 static uint8_t *s_code_done;             /* per code id: in the file */
 
 /* The code objects filled in since the last call (an id still being filled by a handler on another
@@ -1336,6 +1433,7 @@ static void *s_scanner_main(void *arg)
             if (atomic_load(&s_table) != S_TABLE_OWN) s_open_file_locked(); /* opened here it would be ours only */
             s_check_signal_locked();
             if (s_mechanism != SM_NONE) s_scan_locked();
+            if (s_mechanism != SM_NONE) s_off_cpu_locked();
             s_drain_locked(0);
             none = s_mechanism == SM_NONE; /* nothing to sample with: the reason is written, the end follows at exit */
         }
@@ -1456,6 +1554,7 @@ void sampler_load(void)
         s_timer_hz = value > S_MAX_HZ ? S_MAX_HZ : value;
     if (env_number("AUTOITT_SAMPLE_SIGNAL", &value) && value > 0 && value < 65) s_signal_wanted = (int)value;
     s_table_shared_forced = env_number("AUTOITT_SAMPLE_SHARED_FDS", &value) && value == 1;
+    if (env_number("AUTOITT_SAMPLE_OFF_CPU", &value) && value == 0) s_off_cpu = 0;
     const char *mechanism = getenv("AUTOITT_SAMPLE_MECHANISM");
     if (mechanism && strcmp(mechanism, "timer") == 0) s_force = SM_TIMER;
     else if (mechanism && strcmp(mechanism, "perf") == 0) s_force = SM_PERF;

@@ -288,8 +288,8 @@ def _hotspots(rows: List[Hotspot], lines: bool = False) -> str:
     if not rows:
         return "<p>No samples.</p>"
     if lines:
-        return _table(["line", "function", "CPU at the line", "its own"],
-                      [[f"{h.file}:{h.line}", h.function, h.total_s, h.self_s] for h in rows], {2, 3})
+        return _table(["line", "function", "CPU at the line", "its own", "waiting (off-CPU, est.)"],
+                      [[f"{h.file}:{h.line}", h.function, h.total_s, h.self_s, h.off_cpu_s] for h in rows], {2, 3, 4})
     return _table(["function", "where", "self CPU", "total CPU"],
                   [[h.function, f"{h.file}:{h.line}" if h.file else h.library, h.self_s, h.total_s] for h in rows],
                   {2, 3})

@@ -177,6 +177,12 @@ def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = N
     thin = thin_phase_split(sampling, step.label)
     if thin:
         console.print(f"[yellow]note:[/yellow] {thin}")
+    waited = ((sampling or {}).get("off_cpu_s_in_steps") or {}).get(step.label) or 0
+    per_step = waited / step.phase_steps if step.phase_steps else 0
+    if per_step and step.steady_mean_s and per_step >= 0.05 * step.steady_mean_s:
+        console.print(f"  waiting: the step's thread was blocked, off the CPU, about {duration(per_step)} a step "
+                      f"({min(per_step / step.steady_mean_s, 1):.0%} of it; estimated from off-CPU samples): a sleep, "
+                      "I/O, a lock, a collective, the GIL; Your code's waiting column says at which lines")
 
 
 def _render_evaluations(summary: BuiltinSummary, console: Console, instrumentation: Optional[Instrumentation]) -> None:
@@ -326,8 +332,10 @@ def short_function(name: str, width: int = _NAME_WIDTH) -> str:
 
 def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict[str, str]) -> Table:
     """The project's lines, each with its code (read from the original file now: ``sources`` maps the
-    project's names of its files to their paths)."""
-    grid = table(title, ("line", "code", "function", "CPU", "% of that CPU time", "with your lines it calls"))
+    project's names of its files to their paths); where a line's thread waited there, its off-CPU time."""
+    waited = any(spot.off_cpu_s for spot in lines)
+    grid = table(title, ("line", "code", "function", "CPU", "% of that CPU time", "with your lines it calls")
+                 + (("waiting (off-CPU, est.)",) if waited else ()))
     grid.columns[0].no_wrap = True
     grid.columns[0].min_width = max((len(_where(spot)) for spot in lines), default=8)
     for column in grid.columns[1:3]:  # text: wraps where the screen is narrow
@@ -337,7 +345,7 @@ def _lines_table(title: str, lines: List[Hotspot], scope_s: float, sources: Dict
         code = linecache.getline(path, spot.line).strip() if path and spot.line else ""
         grid.add_row(literal(_where(spot)), literal(code if len(code) <= 40 else code[:39] + "…"),
                      literal(spot.function), duration(spot.self_s), f"{spot.self_s / scope_s:.1%}" if scope_s else "",
-                     duration(spot.total_s))
+                     duration(spot.total_s), *((duration(spot.off_cpu_s) if spot.off_cpu_s else "",) if waited else ()))
     return grid
 
 
@@ -380,6 +388,9 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
     if lines:
         console.print(_lines_table("Your code: the lines the sampled CPU time was in (the innermost of yours on "
                                    "the stack; what it runs in libraries included)", lines, collected, sources))
+        waiting = _waiting_note(sampling, lines)
+        if waiting:
+            console.print(waiting)
     # a step loop's own list, unless it would repeat the run's (one step loop with nearly all the CPU time)
     steps = {step.label for step in summary.steps}
     by_task = sampling.get("cpu_s_by_task") or {}
@@ -407,6 +418,17 @@ def _render_hotspots(summary: BuiltinSummary, console: Console, verbose: bool,
     if lost > 0.01 * (sampling["samples"] + lost):
         console.print(f"[yellow]note:[/yellow] sampling: about {lost} samples ({100 * lost / (sampling['samples'] + lost):.0f}%) "
                       "were lost while the program had replaced the sampling signal's handler behind autoitt's back")
+
+
+def _waiting_note(sampling: dict, lines: List[Hotspot]) -> str:
+    """How the waiting column was measured, where a line has one."""
+    if not any(spot.off_cpu_s for spot in lines):
+        return ""
+    return (f"  waiting: the time a line's thread was blocked there, off the CPU (a sleep, I/O, a lock, a collective, "
+            f"the GIL; not a wait for a busy core), {duration(sampling.get('collected_off_cpu_s') or 0)} in all during "
+            "collection; estimated from a look at each blocked Python thread every 50 ms (as py-spy --idle), each "
+            "standing for the time since the thread's previous look: close over many looks, rough for a line seen a "
+            "few times")
 
 
 def _render_ranks(summary: BuiltinSummary, console: Console) -> None:

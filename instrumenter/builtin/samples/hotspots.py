@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -140,21 +140,30 @@ def _families(stacks: Sequence[Tuple[Frame, ...]]) -> Tuple[List[Tuple[Frame, ..
 
 
 def own_lines(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]], period_s: float,
-              limit: int = TOP) -> List[Hotspot]:
+              limit: int = TOP, off_cpu: Iterable[Tuple[int, int]] = ()) -> List[Hotspot]:
     """The lines of the project's own files where the time is: each sample counts for the innermost of them
     on its stack (what that line runs inside libraries included), so the lines that cost come first, not the
     calls enclosing everything (``main()``, ``trainer.fit(...)``, at ~100 %: their ``total_s`` still says
-    so). For people who can only change their own code. ``self_s`` and ``share``: that innermost time."""
+    so). For people who can only change their own code. ``self_s`` and ``share``: that innermost time.
+    ``off_cpu``: off-CPU samples, each counted the same way as ``off_cpu_s``; lines rank by CPU and off-CPU
+    time together (the time the line cost the run's wall clock), so a line that waits is found."""
     counts = list(counts)
     _self_count, total_count, samples = tally(stacks, counts)
+    innermost, waited = _innermost_own(stacks, counts), _innermost_own(stacks, off_cpu)
+    candidates = {f for f in total_count if f.own} | set(waited)
+    ranked = sorted(candidates, key=lambda f: (-(innermost[f] + waited[f]), -total_count[f], f.label()))[:limit]
+    rows = _rows(ranked, innermost, total_count, samples, period_s)
+    return [replace(row, off_cpu_s=waited[f] * period_s) if waited[f] else row for row, f in zip(rows, ranked)]
+
+
+def _innermost_own(stacks: Sequence[Tuple[Frame, ...]], counts: Iterable[Tuple[int, int]]) -> Counter:
+    """Samples per line of the user's: each for the innermost of them on its stack."""
     innermost: Counter = Counter()
     for stack, count in counts:
         inner = next((frame for frame in reversed(stacks[stack]) if frame.own), None)
         if inner is not None:
             innermost[inner] += count
-    ranked = sorted((f for f in total_count if f.own),
-                    key=lambda f: (-innermost[f], -total_count[f], f.label()))[:limit]
-    return _rows(ranked, innermost, total_count, samples, period_s)
+    return innermost
 
 
 def _rows(frames, self_count: Counter, total_count: Counter, samples: int, period_s: float,

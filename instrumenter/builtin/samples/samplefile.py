@@ -117,11 +117,11 @@ kind  name       payload
 
 Sample flags: bit 0 collection paused, bit 1 detached, bit 2 the autoitt task is inherited from the process,
 bit 3 the thread had more than 64 tasks open (the task is the 64th), bit 4 the stack pointer was outside the
-thread's stack, bit 5 a library was being unloaded (4, 5: only the interrupted instruction); native walk: bit
-8 truncated at the maximum, bit 9 resumed after code without unwind information, bit 10 ended at code without
-unwind information, bit 11 ended at a frame its rules could not unwind; Python walk: bit 12 outermost frame
-not reached, bit 13 stopped at a frame that did not look valid, bit 14 a code object had no id, bit 15 the
-middle of a deep stack cut (its innermost and outermost frames kept).
+thread's stack, bit 5 a library was being unloaded (4, 5: only the interrupted instruction), bit 6 off-CPU (the
+thread was blocked: Python frames only, weight the wall time since its last look); native walk: bit 8 truncated
+at the maximum, bit 9 resumed after code without unwind information, bit 10 ended at code without unwind
+information, bit 11 ended at a frame its rules could not unwind; Python walk: bit 12 outermost frame not
+reached, bit 13 stopped at a frame that did not look valid, bit 14 a code object had no id, bit 15 a cut middle.
 
 Reading
 =======
@@ -168,8 +168,9 @@ HEADER_TSC, HEADER_FORKED = formats.SAMPLES_HEADER_FLAGS["TSC"], formats.SAMPLES
 SAMPLE = np.dtype(formats.SAMPLE.dtype_fields)
 
 # sample flags (see Sample flags)
-F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING = (
-    formats.SAMPLE_FLAGS[k] for k in ("PAUSED", "DETACHED", "INHERITED", "TASKS_OVERFLOW", "NO_STACK_MAP", "UNLOADING"))
+F_PAUSED, F_DETACHED, F_INHERITED, F_TASKS_OVERFLOW, F_NO_STACK_MAP, F_UNLOADING, F_OFF_CPU = (
+    formats.SAMPLE_FLAGS[k] for k in ("PAUSED", "DETACHED", "INHERITED", "TASKS_OVERFLOW", "NO_STACK_MAP", "UNLOADING",
+                                      "OFF_CPU"))
 F_NATIVE_TRUNCATED, F_NATIVE_RESTARTED, F_NATIVE_NO_INFO, F_NATIVE_FAILED = (
     formats.NATIVE_WALK[k] << formats.NATIVE_SHIFT for k in ("TRUNCATED", "RESTARTED", "NOINFO", "FAILED"))
 F_PY_TRUNCATED, F_PY_INVALID, F_PY_UNKNOWN_CODE, F_PY_CUT = (

@@ -13,6 +13,12 @@ regions, ``hotspots_by_task`` has the :data:`TASKS` other tasks (operators)
 with the most samples, by their innermost task. A sample taken while
 collection was paused is outside collection: start-up, imports, data
 preparation, what runs after the last pause.
+
+Off-CPU samples (the collector's look, once a scan, at each Python thread
+that is not running: its Python frames, its tasks, and the wall time since
+its previous look) are kept apart from the CPU time: they give the user's
+lines the time they waited (``off_cpu_s``), each region its off-CPU time,
+and each step loop its threads' off-CPU time during the measured steps.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 from ...profile.instrumentation import Instrumentation
 from ..statistics.summary import Hotspot
 from . import hotspots
-from .samplefile import SampleFile
+from .samplefile import F_OFF_CPU, SampleFile
 from .stacks import AUTOITT, Resolver
 
 #: Tasks other than the own regions given their own hotspot list: the most sampled ones.
@@ -71,6 +77,7 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     tasks: Dict[Optional[str], int] = {}
     python_s: Dict[str, float] = {}  # per step label, samples' weights for now
     in_steps: Dict[str, float] = {}
+    off_in_steps: Dict[str, float] = {}
     parents = {samples.pid: samples.ppid for samples in files}
     for samples in files:
         period_ns = period_ns or samples.period_ns
@@ -79,20 +86,23 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         offset = len(stacks)
         stacks.extend(resolver.stacks(samples))
         for label, spans in (step_spans or {}).items():
-            python, every = _in_spans(samples, stacks, offset, spans)
+            python, every, off = _in_spans(samples, stacks, offset, spans)
             python_s[label] = python_s.get(label, 0.0) + python
             in_steps[label] = in_steps.get(label, 0.0) + every
+            off_in_steps[label] = off_in_steps.get(label, 0.0) + off
         domains, strings = names.get(samples.pid, ({}, {}))
         region = _task_keys(samples.autoitt_domain, samples.autoitt_name, domains, strings, own, regions)
         task = _task_keys(samples.task_domain, samples.task_name, domains, strings, None, tasks)
         weight = samples.weight.astype(np.int64)
         paused = _outside_collection(samples, windows or {}, parents)
-        parts.append((samples.stack.astype(np.int64) + offset, weight, paused, region, task))
+        off = (samples.flags & F_OFF_CPU) != 0
+        parts.append((samples.stack.astype(np.int64) + offset, weight, paused, region, task, off))
     period_s = (period_ns or 1_000_000) / 1e9
     info = _info(files, period_s)
     if step_spans:
         info["python_cpu_s_in_steps"] = {label: weight * period_s for label, weight in python_s.items()}
         info["cpu_s_in_steps"] = {label: weight * period_s for label, weight in in_steps.items()}
+        info["off_cpu_s_in_steps"] = {label: weight * period_s for label, weight in off_in_steps.items()}
     if not parts:
         return Sampled(info)
     stack = np.concatenate([p[0] for p in parts])
@@ -100,10 +110,14 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     paused = np.concatenate([p[2] for p in parts])
     region_key = np.concatenate([p[3] for p in parts])
     task_key = np.concatenate([p[4] for p in parts])
+    off = np.concatenate([p[5] for p in parts])
     region_names, task_names = list(regions), list(tasks)
-    inside = ~paused
+    # every figure below is CPU time but the off-CPU ones: CPU samples in `inside` and `paused`
+    inside, paused, off_inside, off_paused = ~paused & ~off, paused & ~off, ~paused & off, paused & off
     info.update(collected_cpu_s=float(weight[inside].sum()) * period_s,
-                outside_cpu_s=float(weight[paused].sum()) * period_s)
+                outside_cpu_s=float(weight[paused].sum()) * period_s,
+                collected_off_cpu_s=float(weight[off_inside].sum()) * period_s,
+                outside_off_cpu_s=float(weight[off_paused].sum()) * period_s)
     result = Sampled(info)
     def counts(chosen: np.ndarray) -> List[Tuple[int, int]]:
         return hotspots.counts_of(stack[chosen], weight[chosen])
@@ -114,13 +128,14 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
     # what profiling itself cost the run (stacks.AUTOITT: folded where a stack enters it)
     info["profiling_cpu_s"] = sum(n for i, n in collected if stacks[i][-1:] == (AUTOITT,)) * period_s
     result.hotspots = hotspots.top(stacks, collected, period_s)
-    result.lines = hotspots.own_lines(stacks, collected, period_s)
+    result.lines = hotspots.own_lines(stacks, collected, period_s, off_cpu=counts(off_inside))
     uncollected = counts(paused)
     result.outside = hotspots.top(stacks, uncollected, period_s, OUTSIDE)
-    result.outside_lines = hotspots.own_lines(stacks, uncollected, period_s, OUTSIDE)
+    result.outside_lines = hotspots.own_lines(stacks, uncollected, period_s, OUTSIDE, off_cpu=counts(off_paused))
     # folded stacks under a root frame saying where they ran, so a flame graph splits by task first
     result.folded = list(hotspots.folded(stacks, uncollected, (OUTSIDE_ROOT,)))
     by_task_cpu: Dict[str, float] = {}
+    by_task_off: Dict[str, float] = {}
     for key, name in enumerate(region_names):
         chosen = inside & (region_key == key)
         in_region = counts(chosen)
@@ -128,7 +143,9 @@ def summarize_samples(files: Sequence[SampleFile], names: Dict[int, Tuple[Dict[i
         if name:
             result.by_task[name] = hotspots.top(stacks, in_region, period_s)
             by_task_cpu[name] = float(weight[chosen].sum()) * period_s
+            by_task_off[name] = float(weight[off_inside & (region_key == key)].sum()) * period_s
     info["cpu_s_by_task"] = by_task_cpu
+    info["off_cpu_s_by_task"] = by_task_off
     others = inside & ~np.isin(task_key, [k for k, n in enumerate(task_names) if n in result.by_task or not n])
     ranked = np.bincount(task_key[others], weights=weight[others], minlength=len(task_names))
     for key in np.argsort(-ranked, kind="stable")[:TASKS].tolist():
@@ -177,10 +194,10 @@ def _in_python(stack: Tuple[hotspots.Frame, ...]) -> bool:
 
 
 def _in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...]], offset: int,
-              spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]) -> Tuple[float, float]:
-    """The weight of ``samples`` taken on the spans' threads, inside them: (in Python (:func:`_in_python`), in
-    all)."""
-    total = every = 0.0
+              spans: Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]) -> Tuple[float, float, float]:
+    """The weight of ``samples`` taken on the spans' threads, inside them: (CPU in Python (:func:`_in_python`),
+    CPU in all, off-CPU)."""
+    total = every = off = 0.0
     for (pid, tid), (starts, ends) in spans.items():
         if pid != samples.pid or not len(starts):
             continue
@@ -191,13 +208,16 @@ def _in_spans(samples: SampleFile, stacks: List[Tuple[hotspots.Frame, ...]], off
         at = np.searchsorted(starts[order], samples.ns[mine].astype(np.int64), side="right") - 1
         inside = (at >= 0) & (samples.ns[mine].astype(np.int64) <= ends[order][np.maximum(at, 0)])
         chosen = mine[inside]
+        waiting = (samples.flags[chosen] & F_OFF_CPU) != 0
+        off += float(samples.weight[chosen][waiting].sum())
+        chosen = chosen[~waiting]
         if not len(chosen):
             continue
         unique, inverse = np.unique(samples.stack[chosen], return_inverse=True)
         python = np.array([_in_python(stacks[offset + int(i)]) for i in unique.tolist()], np.bool_)[inverse]
         total += float(samples.weight[chosen][python].sum())
         every += float(samples.weight[chosen].sum())
-    return total, every
+    return total, every, off
 
 
 def _task_keys(domain_ptrs: np.ndarray, name_ptrs: np.ndarray, domains: Dict[int, str], strings: Dict[int, str],
@@ -222,7 +242,8 @@ def _info(files: Sequence[SampleFile], period_s: float) -> Dict[str, object]:
         "rate_hz": max((f.rate_hz for f in files), default=0),
         "mechanism": next((f.mechanism for f in files if f.mechanism != "none"), "none"),
         "python_frames": next((f.python for f in files if f.python != "none"), "none"),
-        "samples": int(sum(len(f) for f in files)),
+        "samples": int(sum(np.count_nonzero((f.flags & F_OFF_CPU) == 0) for f in files)),
+        "off_cpu_samples": int(sum(np.count_nonzero(f.flags & F_OFF_CPU) for f in files)),
         "dropped": int(sum(f.dropped for f in files)),
         "lost": int(sum(f.lost for f in files)),
         "processes": len(files),
