@@ -180,7 +180,9 @@ def _merged(native: Sequence[int], python: Sequence[Tuple[int, Optional[int], bo
     while keep_from > 0 and interp[keep_from - 1] and (keep_from - 1) not in matched:
         keep_from -= 1
     out: List[Frame] = [frame for run in left for frame in run]
-    outermost = min(matched) if inside_cut and matched else 0
+    # in a cut stack whose runs all found their evaluator frame, native frames outside the outermost ran in the
+    # part cut; where runs are left over (the native walk stopped short), they ran between those runs: kept
+    outermost = min(matched) if inside_cut and matched and not left else 0
     for i, address in enumerate(lookup):
         if i < outermost:
             continue
