@@ -123,8 +123,9 @@ def test_the_summary_fits_one_screen_and_verbose_adds_every_task_table(torch_run
     # At 120 columns: header, iteration and step time, phases, evaluations, operators, hotspots and profiling's
     # cost, six lines of your code, notes: about 72 lines. Sampled function names differ run to run and a long
     # one folds onto a second line (up to 12 hotspot rows), and a machine busy with other work adds its note, so
-    # the bound leaves room for that; printing any task table would add 20 lines or more.
-    assert len(short.splitlines()) <= 84
+    # the bound leaves room for that; printing any task table would add 20 lines or more. Where the step's thread
+    # blocked (the DataLoader's queue), the waiting column's note and the phases' waiting line add up to 5.
+    assert len(short.splitlines()) <= 90
     full = autoitt("report", "--verbose", str(folder)).stdout
     for table in ("Top tasks, domain autoitt.torch_train", "Top tasks, domain PyTorch",
                   "Top tasks, domain dnnl::primitive::execute"):
