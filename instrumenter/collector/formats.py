@@ -178,7 +178,7 @@ SAMPLE_FLAGS = {
     "PAUSED": 1, "DETACHED": 2, "INHERITED": 4, "TASKS_OVERFLOW": 8,
     "NO_STACK_MAP": 16,   # rsp was outside the thread's stack: the interrupted instruction only
     "UNLOADING": 32,      # a library was being unloaded: the interrupted instruction only
-    "OFF_CPU": 64,        # an off-CPU sample: the thread was not running; Python frames only, weight in wall time
+    "OFF_CPU": 64,        # an off-CPU sample: the thread was blocked; Python frames only, weight in wall time
 }
 NATIVE_SHIFT = 8
 PYTHON_SHIFT = 12

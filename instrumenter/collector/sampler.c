@@ -145,6 +145,13 @@ static _Atomic int s_scan_now;             /* a thread started: scan without wai
 /* ------------------------------------------------------------------------- */
 /* The signal handler.                                                       */
 
+/* The collection state's flags for a sample taken now. */
+static uint32_t s_state_flags(void)
+{
+    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
+    return (state & ST_PAUSED ? SF_PAUSED : 0) | (state & ST_DETACHED ? SF_DETACHED : 0);
+}
+
 /* The sample's tasks: the thread's own (its trace buffer's task stack), else the process's current own task;
    returns the flags they add.  In the handler (the thread's own stack), and in the scanner for an off-CPU
    sample (another thread's, read while that thread does not run). */
@@ -193,12 +200,7 @@ static void s_take(sthread *st, const ucontext_t *uc, uint32_t weight)
     }
     s_sample *s = &st->ring[head % S_RING];
     s->ticks = t0;
-    uint32_t flags = 0;
-    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
-    if (state & ST_PAUSED) flags |= SF_PAUSED;
-    if (state & ST_DETACHED) flags |= SF_DETACHED;
-
-    flags |= s_tasks(st, s);
+    uint32_t flags = s_state_flags() | s_tasks(st, s);
 
     /* native frames: never while a library is being unloaded (hooks.c), and only on the thread's own
        stack, whose bounds the thread gave itself (JIT code may point rsp anywhere) */
@@ -570,19 +572,27 @@ static void s_maps_in_signal(int fd, char *buf, size_t cap)
 
 /* A thread's name (comm), terminated; its length, 0 (and "") if it cannot be read.  Opens a file: only in the
    scanner's own descriptor table (where it shares the program's, the thread names itself: sthread.name). */
-static size_t s_thread_name(uint32_t tid, char *name, size_t size)
+/* /proc/self/task/TID/<file>'s first size - 1 bytes, terminated, in text; how many (0: none).  It opens a
+   descriptor: where the scanner shares the program's table, only for a moment and where that is accepted. */
+static size_t s_task_file(uint32_t tid, const char *file, char *text, size_t size)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
-    name[0] = 0;
+    snprintf(path, sizeof path, "/proc/self/task/%u/%s", tid, file);
+    text[0] = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
-    ssize_t n = read(fd, name, size - 1);
+    ssize_t n = read(fd, text, size - 1);
     close(fd);
-    if (n <= 0) { name[0] = 0; return 0; }
-    if (name[n - 1] == '\n') n--;
-    name[n] = 0;
+    if (n <= 0) { text[0] = 0; return 0; }
+    text[n] = 0;
     return (size_t)n;
+}
+
+static size_t s_thread_name(uint32_t tid, char *name, size_t size)
+{
+    size_t n = s_task_file(tid, "comm", name, size);
+    if (n && name[n - 1] == '\n') name[--n] = 0;
+    return n;
 }
 
 /* The sample file's record of thread tid's name (n bytes; none where n is 0). */
@@ -1117,14 +1127,8 @@ static uint64_t s_thread_cpu_ns(uint32_t tid)
 static int s_thread_blocked(uint32_t tid)
 {
     if (atomic_load(&s_table) != S_TABLE_OWN) return 1;
-    char path[64], text[256];
-    snprintf(path, sizeof path, "/proc/self/task/%u/stat", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    text[n] = 0;
+    char text[256];
+    if (!s_task_file(tid, "stat", text, sizeof text)) return 0;
     const char *end = strrchr(text, ')'); /* the name may hold spaces and parentheses: the state follows the last */
     return end && end[1] == ' ' && end[2] && end[2] != 'R';
 }
@@ -1163,9 +1167,7 @@ static void s_off_cpu_locked(void)
         if (!elapsed || before == UINT64_MAX || s_thread_cpu_ns(st->tid) != before || !s_thread_blocked(st->tid))
             continue;
         s.ticks = now_ticks();
-        int state = atomic_load_explicit(&g_state, memory_order_relaxed);
-        uint32_t flags = SF_OFF_CPU | (state & ST_PAUSED ? SF_PAUSED : 0) | (state & ST_DETACHED ? SF_DETACHED : 0);
-        flags |= s_tasks(st, &s);
+        uint32_t flags = SF_OFF_CPU | s_state_flags() | s_tasks(st, &s);
         uint32_t pyf = 0;
         int np = pyframes_walk_other(states[k], s.py, S_MAX_PY, &pyf);
         if (s_thread_cpu_ns(st->tid) != before || np == 0) continue;

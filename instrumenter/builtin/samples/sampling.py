@@ -15,7 +15,7 @@ collection was paused is outside collection: start-up, imports, data
 preparation, what runs after the last pause.
 
 Off-CPU samples (the collector's look, once a scan, at each Python thread
-that is not running: its Python frames, its tasks, and the wall time since
+that is blocked: its Python frames, its tasks, and the wall time since
 its previous look) are kept apart from the CPU time: they give the user's
 lines the time they waited (``off_cpu_s``), each region its off-CPU time,
 and each step loop its threads' off-CPU time during the measured steps.

@@ -116,9 +116,9 @@ class Hotspot:
     #: a native row stands for every instance of one C++ function template (``function`` names them with
     #: ``<…>``): their full names, when they are more than the one ``function`` says
     instances: Sequence[str] = ()
-    #: lines of the user's (``hotspot_lines``): the time, estimated from off-CPU samples, its thread waited
-    #: off the CPU (a sleep, I/O, a lock, a collective, the GIL, a core) with this line the innermost of
-    #: the user's on its stack
+    #: lines of the user's (``hotspot_lines``): the time, estimated from off-CPU samples, its thread was
+    #: blocked (a sleep, I/O, a lock, a collective, the GIL; not a wait for a core) with this line the
+    #: innermost of the user's on its stack
     off_cpu_s: float = 0.0
 
 
