@@ -201,7 +201,9 @@ def test_stacks_run_from_the_thread_start_to_the_interrupted_instruction(tmp_pat
     sf = only_samples(traces)
     symbols = Symbolizer.for_file(sf)
     worker = np.flatnonzero(sf.tid != sf.pid)
-    assert len(worker) >= 150
+    # enough stacks to judge their shape: 0.3 s is ~150 samples, but the loop's calibration is coarse on a
+    # loaded machine (124 in one CI run); the count against CPU time is test_the_rate_is_the_configured_rate...
+    assert len(worker) >= 75
     ended = F_NATIVE_TRUNCATED | F_NATIVE_FAILED | F_NATIVE_NO_INFO
     whole = [i for i in worker if not sf.flags[i] & ended]  # the walk met the outermost frame's end mark
     assert len(whole) >= 0.95 * len(worker)
