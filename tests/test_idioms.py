@@ -262,6 +262,29 @@ def test_model_compiled_in_place_is_not_taken_for_a_wrapped_step():
     """) == []
 
 
+COMPILED_EVAL = """
+    import torch
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x
+    model = Net()
+    runner = torch.compile(model)
+    def test():
+        with torch.no_grad():
+            for x in test_data:
+                runner(x)
+"""
+
+
+def test_a_model_compiled_under_another_name_evaluates_when_called_with_gradients_off():
+    assert regions(COMPILED_EVAL) == [(10, "eval")]
+    assert "runner()" in reason(COMPILED_EVAL, 10)
+
+
+def test_a_function_compiled_under_another_name_is_no_model():
+    assert roles(COMPILED_EVAL.replace("model = Net()", "def model(x):\n        return x")) == []
+
+
 # -- 3. TF1 Estimator ----------------------------------------------------------------------------
 
 def test_estimator_train_with_input_fn_passed_first_is_a_train_call():

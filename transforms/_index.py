@@ -168,6 +168,8 @@ class Index:
         #: names bound to objects of this file's model classes (a ``forward`` or Keras ``call`` method)
         self.models: Set[str] = {name for name, cls in self.bindings.instances.items()
                                  if {"forward", "call"} & set(self.classes.get(cls, {}))}
+        # and names bound to one of them wrapped (``compiled = torch.compile(model)``): calling it runs the model
+        self.models |= {name for name, alias in self.bindings.aliases.items() if dotted(alias.target) in self.models}
 
     def _compile_wrapped_functions(self) -> None:
         """Mark the functions the script compiles by wrapping (``jit_step = jax.jit(train_step)``)
