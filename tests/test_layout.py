@@ -100,9 +100,13 @@ IN_THE_USERS_PROCESS = {
     "instrumenter/launch/site/sitecustomize.py": set(),
     "instrumenter/runtime/__init__.py": set(),
     "instrumenter/runtime/collection.py": {"ittapi", "instrumenter.runtime.libraries", "instrumenter.runtime.closures",
-                                           "instrumenter.runtime.torch_ops", "instrumenter.runtime.extensions"},
-    # torch is found in sys.modules (the script imported it), never imported; the closure hook while recording
-    "instrumenter/runtime/torch_ops.py": {"instrumenter.runtime.closures"},
+                                           "instrumenter.runtime.torch_ops", "instrumenter.runtime.extensions",
+                                           "instrumenter.runtime.compiled"},
+    # torch is found in sys.modules (the script imported it), never imported; the closure hook while recording,
+    # and the compiles told after an iteration that recorded
+    "instrumenter/runtime/torch_ops.py": {"instrumenter.runtime.closures", "instrumenter.runtime.compiled"},
+    # Dynamo's metrics found in sys.modules; the string handles made through ittapi
+    "instrumenter/runtime/compiled.py": {"ittapi"},
     # autoitt's own C modules (_around, _markers), loaded by their path
     "instrumenter/runtime/extensions.py": set(),
     "instrumenter/runtime/window.py": {"ittapi", "instrumenter.runtime.collection", "instrumenter.runtime.libraries",

@@ -59,7 +59,7 @@ TIMED_CALL_S = 20e-6
 OUTSIDE = 0.001
 #: An estimated time is within this fraction of the reference's.
 TOLERANCE = 0.15
-SCRIPTS = ["vae.py", "word_language_model.py", "mnist.py", "nanogpt.py"]
+SCRIPTS = ["vae.py", "word_language_model.py", "mnist.py", "nanogpt.py", "compile_loop.py"]
 #: Found in the version matrix (CPython 3.13, torch 2.13.0+cu130, the registry's default build), not yet
 #: explained: the VAE's counts are exact there too, but its ``aten::div`` takes 0.16-0.38 of torch.profiler's
 #: share and ``mm``/``addmm`` 1.25-2.05 of it, in all three pairs of runs; on the CPU build (3.11) all hold.

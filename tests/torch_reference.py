@@ -99,10 +99,10 @@ def split(prof, cap: Optional[float] = CAP) -> Dict[str, float]:
 
 
 def operator_table(prof) -> Dict[str, list]:
-    """Per operator (``aten::``, ``autograd::``), its calls and self CPU time (s) over the whole run: what
-    autoitt's operator table is checked against."""
+    """Per operator (``aten::``, ``autograd::``, a torch.compile graph's ``## Call CompiledFxGraph <hash> ##``),
+    its calls and self CPU time (s) over the whole run: what autoitt's operator table is checked against."""
     return {event.key: [event.count, event.self_cpu_time_total / 1e6] for event in prof.key_averages()
-            if event.key.startswith(("aten::", "autograd::"))}
+            if event.key.startswith(("aten::", "autograd::", "## Call CompiledFxGraph "))}
 
 
 @contextlib.contextmanager

@@ -92,6 +92,8 @@ class BuiltinBackend(Backend):
         from .samples.sampling import summarize_samples
         from .trace.scan import scan_trace_dir
         from .statistics.timeline import keep_policy, timeline
+        from .statistics.compiled import graph_labels
+        from .samples.stacks import Resolver
         from .statistics.phases import with_samples
         from dataclasses import replace
 
@@ -104,6 +106,9 @@ class BuiltinBackend(Backend):
         found = aggregate(scans, domains, keep_policy(context.trace_steps), instrumentation.start_paused,
                           context.step_labels)
         base = summarize(found, context)
+        labels = graph_labels(traces, found.kept if found.kept_everything else found.window, found.groups,
+                              Resolver(instrumentation).file_name)
+        base = replace(base, operators=[replace(op, label=labels.get(op.name, op.label)) for op in base.operators])
         steps = cut_steps(base.steps, found.kept, found.groups, context, [trace.pid for trace in traces if trace.cut])
         warnings = list(base.warnings)
         if not context.ended:

@@ -301,8 +301,9 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
     per_b = _per_step(b, main.label) if main else None
     operators = hotspots = lines = []
     if per_a and per_b:
-        operators = _movers(a.operators, b.operators, key=lambda t: (t.domain, t.name),
-                            name=lambda t: t.name, where=lambda t: t.domain,
+        # a compiled graph by its function: a changed model compiles to a graph of another hash
+        operators = _movers(a.operators, b.operators, key=lambda t: (t.domain, t.label or t.name),
+                            name=lambda t: t.label or t.name, where=lambda t: t.domain,
                             seconds=lambda t: t.self_with_library_s, per=(per_a, per_b), cap=TOP_OPERATORS)
         hotspots = _movers(a.hotspots_by_task.get(main.label, ()), b.hotspots_by_task.get(main.label, ()),
                            key=lambda h: (h.function, h.library or h.file), name=lambda h: h.function,

@@ -31,6 +31,7 @@ import threading
 from typing import Any, Dict, Iterable, Optional
 
 from .closures import install as install_closures
+from .compiled import tell as tell_compiles
 from .extensions import load
 
 _lock = threading.Lock()
@@ -101,6 +102,7 @@ class Collection:
                 return  # a pause the copy did not pair with a resume: nothing of autoitt's to stop
             _regions -= 1
             if _regions == 0:
+                tell_compiles()  # before the pause: a copy recording every operator has no other moment
                 self._itt.pause()
 
     def domain_create(self, name: Optional[str] = None) -> Any:

@@ -38,6 +38,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
+from .compiled import tell as tell_compiles
+
 #: ``--torch-ops``: every operator of training (``emit_itt`` around each training region), those of a sample
 #: of the iterations, or none.
 TORCH_OPS = ("all", "sampled", "off")
@@ -281,6 +283,7 @@ class OperatorToggle:
             entered.context.__exit__(None, None, None)
         except Exception:
             pass
+        tell_compiles()  # a compile happens in a region's first iteration, which records: its graphs get names
 
 
 def _remove(hook: Any) -> None:

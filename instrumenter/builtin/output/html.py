@@ -280,7 +280,7 @@ def _operators(operators: List[TaskStats]) -> str:
     if not operators:
         return "<p>No operator tasks (PyTorch's, with emit_itt) were recorded.</p>"
     return _table(["operator", "count", "self, oneDNN's included", "self", "total", "mean"],
-                  [[t.name, t.count, t.self_with_library_s, t.self_s, t.total_s, t.mean_s] for t in operators],
+                  [[t.label or t.name, t.count, t.self_with_library_s, t.self_s, t.total_s, t.mean_s] for t in operators],
                   {2, 3, 4, 5})
 
 

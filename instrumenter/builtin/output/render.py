@@ -283,7 +283,7 @@ def _render_operators(summary: BuiltinSummary, console: Console, operators) -> N
     rows_table = table(f"Top PyTorch operators by self time, oneDNN included{shown}", columns)
     for op in operators:
         own = op.self_with_library_s or op.self_s  # a summary saved before library time was counted
-        cells = [literal(op.name), _count(op), duration(own)] + ([_interval(op, own)] if estimated else []) + [
+        cells = [literal(op.label or op.name), _count(op), duration(own)] + ([_interval(op, own)] if estimated else []) + [
             duration(op.self_s), duration(op.total_s), f"{own / thread_time:.1%}" if thread_time else ""]
         rows_table.add_row(*cells)
     console.print(rows_table)

@@ -40,6 +40,10 @@ class TaskStats:
     #: iteration sampled ran as many calls (the count exact where the others ran the same); None: as counted
     count_interval: Optional[float] = None
     self_with_library_interval_s: Optional[float] = None
+    #: how the operator table names the row where ``name`` is not for reading: a ``torch.compile`` graph
+    #: (``## Call CompiledFxGraph <hash> ##``) as ``compiled Net.forward (train.py:12)``
+    #: (:mod:`instrumenter.builtin.statistics.compiled`); None: ``name``
+    label: Optional[str] = None
 
 
 #: ``StepStats.steady_histogram``'s buckets: each spans [lower, lower * this)

@@ -17,6 +17,7 @@ import numpy as np
 from . import phases
 from .aggregate import Aggregates, Intervals
 from .disturbed import Recorded, split_recorded
+from .compiled import GRAPH_PREFIX
 from .estimates import Estimate, estimate, estimated_operators
 from .intervals import near_spans
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
@@ -25,8 +26,9 @@ from .summary import STEADY_BUCKET_RATIO, BuiltinSummary, StepStats, TaskStats
 if TYPE_CHECKING:
     from ...profile.read_context import ReadContext
 
-#: The names of the PyTorch tasks the operator table ranks: operators, and collectives (gloo's run on its threads).
-OPERATOR_PREFIXES = ("aten::", "autograd::") + COMMUNICATION_PREFIXES
+#: The names of the PyTorch tasks the operator table ranks: operators, collectives (gloo's run on its threads),
+#: and torch.compile's graphs (their fused kernels).
+OPERATOR_PREFIXES = ("aten::", "autograd::", GRAPH_PREFIX) + COMMUNICATION_PREFIXES
 
 
 def task_stats(aggregates: Aggregates) -> List[TaskStats]:
