@@ -141,6 +141,15 @@ def test_operators_are_compared_per_step_the_biggest_movers_first(runs):
     assert changed and all(0 < row["base"] < 0.005 and row["where"] == "PyTorch" for row in changed)
 
 
+def test_a_line_that_waits_more_moves_most_of_your_code_by_its_cpu_and_waiting_time(runs):
+    """NEW's sleep is 5 ms a batch off the CPU: by CPU time alone, sampling noise in other lines outranked it."""
+    _, result = compared(runs["base"], runs["slow"])
+    sleep = next(n for n, line in enumerate(TRAIN.splitlines(), 1) if "time.sleep(SLEEP)" in line)
+    first = result["lines"][0]
+    assert first["name"].endswith(f"train.py:{sleep}"), result["lines"][:3]
+    assert 0.003 <= first["new"] - (first["base"] or 0.0) <= 0.0075
+
+
 def test_a_folder_that_is_not_a_result_folder_is_an_input_error(runs, tmp_path):
     done, _ = compared(tmp_path, runs["base"])
     assert done.returncode == 2

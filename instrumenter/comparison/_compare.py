@@ -309,9 +309,11 @@ def compare(base: Side, new: Side, threshold: Optional[float] = None) -> Compari
                            key=lambda h: (h.function, h.library or h.file), name=lambda h: h.function,
                            where=lambda h: h.library or h.file or "", seconds=lambda h: h.self_s,
                            per=(per_a, per_b), cap=TOP_HOTSPOTS)
+        # a line's CPU time and the time its thread waited there (off-CPU samples; 0 in a run without them):
+        # a line that waits more (a sleep, I/O, a lock) moves by its waiting, which CPU time alone misses
         lines = _movers(a.hotspot_lines, b.hotspot_lines, key=lambda h: (h.file, h.line),
                         name=lambda h: f"{h.file}:{h.line}", where=lambda h: h.function,
-                        seconds=lambda h: h.total_s, per=(per_a, per_b), cap=TOP_HOTSPOTS)
+                        seconds=lambda h: h.total_s + h.off_cpu_s, per=(per_a, per_b), cap=TOP_HOTSPOTS)
         if (a.operator_sampling is None) != (b.operator_sampling is None):
             unmatched.append("one side recorded PyTorch's operators in every step, the other in a sample of them "
                              "(--torch-ops): each operator table is scaled to its whole run, and they compare")

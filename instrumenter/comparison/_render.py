@@ -82,7 +82,7 @@ def render(comparison: Comparison, console: Console) -> None:
     per = f"per {c.main.label!r} step" if c.main else "over the run"
     _movers(console, f"Operators that moved most, self time {per}", c.operators)
     _movers(console, f"Hotspots that moved most, CPU time {per}", c.hotspots)
-    _movers(console, f"Your code that moved most, CPU time {per}", c.lines)
+    _movers(console, f"Your code that moved most, CPU and waiting (off-CPU) time {per}", c.lines)
     counted = c.counters.get(main.label) if main is not None else None
     if counted:
         counters = table(f"Counters of {literal(main.label)}", ["counter", "BASE", "NEW", "ratio"])
