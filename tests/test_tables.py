@@ -147,3 +147,22 @@ def test_the_header_counts_the_processes_and_threads_the_samples_saw():
     render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
     header = console.export_text().splitlines()[1]
     assert "1 process(es), 1 thread(s) with tasks" in header and "; sampled: 3 process(es), 5 thread(s)" in header
+
+
+def test_a_phase_too_small_to_draw_is_still_named_with_its_time():
+    # a manual SGD update of 0.4 % of the step: no bar, but never dropped without a word
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from instrumenter.builtin.output.render import render
+    from tests.test_torch_ops import sampled_trace, summary_of
+
+    summary = summary_of(sampled_trace([100] * 5, {2}))
+    phases = {"forward": {"seconds_per_step": 0.0996, "share": 0.996},
+              "optimizer": {"seconds_per_step": 0.0004, "share": 0.004}}
+    summary = replace(summary, steps=[replace(step, phases=phases, phase_steps=3) for step in summary.steps])
+    console = Console(record=True, width=200)
+    render(summary, console, script="train.py", result_dir=Path("out"), instrumentation=None)
+    text = console.export_text()
+    assert "under 0.5 % of the step, not drawn: optimizer 400.0 µs per step" in text

@@ -36,10 +36,6 @@ _NAME_WIDTH = 60
 _BAR = 30
 
 
-def _operator(task: TaskStats) -> bool:
-    return task.name.startswith(OPERATOR_PREFIXES)
-
-
 def _domain_order(tasks: List[TaskStats], own_domain: Optional[str]) -> List[str]:
     """autoitt's domains first (the entry script's, then its modules'), then PyTorch, then the rest."""
     return sorted({t.domain for t in tasks},
@@ -115,7 +111,8 @@ def _render_domains(summary: BuiltinSummary, console: Console, own_domain: Optio
         if not all_domains and domain != own_domain:
             continue
         # the operators have their own table
-        rows = [t for t in summary.tasks if t.domain == domain and not (domain == TORCH_DOMAIN and _operator(t))]
+        rows = [t for t in summary.tasks
+                if t.domain == domain and not (domain == TORCH_DOMAIN and t.name.startswith(OPERATOR_PREFIXES))]
         if not rows:
             continue
         rows.sort(key=lambda t: -t.total_s if domain != TORCH_DOMAIN else -t.self_s)
@@ -168,12 +165,15 @@ def _render_steps(step: StepStats, console: Console, sampled: Optional[dict] = N
                  ("phase", "per step", "share", "of the step loop's time"))
     grid.min_width = len(grid.title) + 2
     for name, phase in step.phases.items():
-        if phase["share"] < 0.005:
-            continue
-        bar = "█" * round(phase["share"] * _BAR)
-        grid.add_row(literal(name), duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
+        if phase["share"] >= 0.005:
+            bar = "█" * round(phase["share"] * _BAR)
+            grid.add_row(literal(name), duration(phase["seconds_per_step"]), f"{phase['share']:.0%}", bar.ljust(_BAR))
     grid.columns[-1].justify = "left"
     console.print(grid)
+    small = [f"{literal(name)} {duration(phase['seconds_per_step'])}" for name, phase in step.phases.items()
+             if phase["share"] < 0.005 and phase["seconds_per_step"] > 0]
+    if small:  # a phase is never left out without a word
+        console.print(f"  [dim]under 0.5 % of the step, not drawn: {', '.join(small)} per step[/dim]")
     thin = thin_phase_split(sampling, step.label)
     if thin:
         console.print(f"[yellow]note:[/yellow] {thin}")
