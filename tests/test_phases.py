@@ -84,6 +84,38 @@ def test_a_heavy_optimizer_is_its_loops_largest_operator_phase(tmp_path):
     assert max(operators, key=lambda name: phases[name]["share"]) == "optimizer"
 
 
+MANUAL_UPDATE = COMMON + """
+import json, sys
+model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+x, y = torch.randn(8, 512), torch.randn(8, 512)
+update = []
+for step in range(60):
+    model.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    started = time.perf_counter()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-0.01)
+    update.append(time.perf_counter() - started)
+print(json.dumps({"update_s": sorted(update)[len(update) // 2]}), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_a_manual_update_and_gradient_clipping_after_backward_are_optimizer(tmp_path):
+    """No optimizer task holds them: their operators are the update because they run after the backward."""
+    (tmp_path / "train.py").write_text(MANUAL_UPDATE)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    clock = json.loads(done.stderr.strip().splitlines()[-1])["update_s"]
+    (step,) = json.loads(done.stdout)["steps"]
+    optimizer = step["phases"]["optimizer"]["seconds_per_step"]
+    # the update's operators, less the Python between them: most of the block the program timed
+    assert 0.5 * clock <= optimizer <= 1.1 * clock, (optimizer, clock, step["phases"])
+    assert step["phases"]["forward"]["seconds_per_step"] < optimizer
+
+
 @pytest.mark.slow
 def test_a_data_bound_loops_iteration_time_counts_its_wait_for_data_and_comes_first(tmp_path):
     (tmp_path / "train.py").write_text(DATA_BOUND)

@@ -46,6 +46,26 @@ def test_a_steps_direct_children_give_forward_backward_and_optimizer_and_the_res
                                  "python": 30}
 
 
+def test_operators_the_step_runs_after_its_backward_are_the_update_so_optimizer():
+    # a manual SGD update (p.data.add_ under no_grad) and clip_grad_norm_'s operators, after loss.backward()
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 10, 30), (BACKWARD, 30, 60), (FORWARD, 62, 70),
+                          (ADD, 72, 90)))
+    assert found.nanoseconds == {"data": 0, "forward": 20, "backward": 30, "optimizer": 8 + 18, "other_ops": 0,
+                                 "python": 24}
+
+
+def test_operators_between_two_backwards_stay_forward():
+    # gradient accumulation in one step: the second micro-batch's forward runs after the first backward
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 0, 10), (BACKWARD, 10, 30), (FORWARD, 30, 40),
+                          (BACKWARD, 40, 60), (ADD, 60, 70)))
+    assert (found.nanoseconds["forward"], found.nanoseconds["optimizer"]) == (20, 10)
+
+
+def test_a_step_without_a_backward_keeps_its_operators_forward():
+    found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 10, 30), (ADD, 40, 50)))
+    assert (found.nanoseconds["forward"], found.nanoseconds["optimizer"]) == (30, 0)
+
+
 def test_what_an_optimizers_closure_runs_is_forward_and_backward_and_only_the_rest_is_optimizer():
     # LBFGS: optimizer.step(closure) runs the forward and backward inside its own task, then its update (ADD)
     found = measure(tasks((LOOP, 0, 100), (STEP, 0, 100), (OPTIMIZER, 10, 90), (CLOSURE, 15, 60),
@@ -190,3 +210,9 @@ def test_the_steps_measured_are_handed_on_per_thread():
     found = measure(tasks((LOOP, 0, 300), (STEP, 0, 100), (STEP, 110, 200), (STEP, 210, 290, 11)), warm=0)
     assert {key: (list(s), list(e)) for key, (s, e) in found.spans.items()} == {
         (1, 10): ([0, 110], [100, 200]), (1, 11): ([210], [290])}
+
+
+def test_a_step_without_a_backward_keeps_its_operators_forward_beside_steps_with_one():
+    found = measure(tasks((LOOP, 0, 200), (STEP, 0, 100), (FORWARD, 10, 30), (BACKWARD, 30, 50), (ADD, 50, 60),
+                          (STEP, 100, 200), (FORWARD, 110, 130), (ADD, 140, 150)))
+    assert (found.nanoseconds["forward"], found.nanoseconds["optimizer"]) == (20 + 30, 10)

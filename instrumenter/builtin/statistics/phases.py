@@ -15,7 +15,10 @@ rules, for PyTorch's tasks under ``emit_itt`` (first match):
   wait for DDP's allreduce at the end of ``backward()``, which gloo runs on
   its own threads;
 * ``optimizer``: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``, less
-  the closures they run (below);
+  the closures they run (below); and the operators a step runs after its last
+  backward task ended, which would otherwise be ``forward``: the update no
+  optimizer task holds (a manual ``p.data.add_`` under ``no_grad``,
+  ``clip_grad_norm_``, a scaler's unscale);
 * ``backward``: the autograd engine's tasks (``autograd::engine::...``,
   ``...Backward0``, ``AccumulateGrad``);
 * ``forward``: the other operators (``aten::``, ``autograd::``) called in the
@@ -179,6 +182,7 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
     duration = (tasks.end - tasks.start).astype(np.float64)
     categories = category_of[tasks.group]
     counted, closures = _counted(begin, finish, depth, inside, child, categories)
+    categories = _update_after_backward(categories, counted, at, begin, finish, len(chosen))
     by_category = np.bincount(categories[counted], weights=duration[counted], minlength=len(CATEGORIES))
     for closure, holder_of in closures:
         by_category[categories[holder_of]] -= duration[closure]
@@ -229,6 +233,24 @@ def measure(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray, category_of:
         threads_of[(pid, tid)] = (tasks.start[mine].astype(np.int64), tasks.end[mine].astype(np.int64))
     return Measured(len(chosen), {name: int(round(ns)) for name, ns in nanoseconds.items()},
                     int(created.sum()), int((tasks.end[created] - tasks.start[created]).sum()), threads_of)
+
+
+def _update_after_backward(categories, counted, at, begin, finish, steps: int) -> np.ndarray:
+    """``categories`` with the counted operators a step runs after its last backward task ended as
+    ``optimizer``: the update (a manual ``p.data.add_`` under ``no_grad``, ``clip_grad_norm_``), which no
+    optimizer task holds. A step with no backward keeps its operators ``forward``."""
+    backward = np.flatnonzero(counted & (categories == BACKWARD))
+    if not len(backward):
+        return categories
+    last = np.full(steps, -1, np.int64)  # per step, where its last backward ended (-1: it ran none)
+    np.maximum.at(last, at[backward], finish[backward])
+    ended = last[np.maximum(at, 0)]
+    after = counted & (categories == FORWARD) & (at >= 0) & (ended >= 0) & (begin >= ended)
+    if not after.any():
+        return categories
+    categories = categories.copy()
+    categories[after] = OPTIMIZER
+    return categories
 
 
 def with_samples(found: Dict[str, Dict[str, float]], python_s: float) -> Dict[str, Dict[str, float]]:
