@@ -7,6 +7,7 @@ the primitive-cache note end to end.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -61,6 +62,14 @@ def test_an_evaluation_that_recorded_nothing_is_said_to_be_uncollected():
     regions = [{"line": 40, "role": "eval", "label": "eval"}, {"line": 30, "role": "step", "label": "step"}]
     found = notes(summary(tasks=[task("step")], steps=[step()]), instrumentation(regions))
     assert found == ["the evaluation at train.py:40 was not collected: it ran after the last pause (or not at all)"]
+
+
+def test_iterations_begun_while_collection_was_paused_are_noted_with_their_count():
+    regions = [{"line": 40, "role": "eval", "label": "eval"}, {"line": 30, "role": "step", "label": "step"}]
+    paused = replace(summary(tasks=[task("step"), task("eval")], steps=[step()]), uncollected={"eval": 3, "eval_loop": 1})
+    assert notes(paused, instrumentation(regions)) == [
+        "the evaluation loop at train.py:40 ran 3 `eval` iteration(s) while collection was paused (outside every "
+        "training region, as after the last one ended): they are in none of these figures"]
 
 
 def test_an_evaluation_that_was_recorded_is_not_noted():
@@ -179,3 +188,37 @@ def test_a_run_beside_other_busy_processes_is_told_the_cores_were_taken(tmp_path
             burner.wait()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "note: other work on this machine kept" in " ".join(done.stdout.split())
+
+
+EVALUATED_AFTER_TRAINING = """
+import torch
+model = torch.nn.Linear(16, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train = [(torch.randn(32, 16), torch.randint(0, 2, (32,))) for _ in range(10)]
+val = [torch.randn(64, 16) for _ in range(3)]
+
+def evaluate():
+    with torch.no_grad():
+        for x in val:
+            model(x)
+
+for epoch in range(2):
+    for x, y in train:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    evaluate()
+evaluate()  # after the last training region: collection is paused
+"""
+
+
+@pytest.mark.slow
+def test_an_evaluation_run_after_training_is_counted_by_the_collector_and_noted(tmp_path):
+    (tmp_path / "train.py").write_text(EVALUATED_AFTER_TRAINING)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["uncollected"] == {"eval": 3, "eval_loop": 1}
+    assert sum(t["count"] for t in result["tasks"] if t["name"] == "eval") == 6  # the two inside the epochs
+    shown = " ".join(autoitt("report", "out", cwd=tmp_path).stdout.split())
+    assert "the evaluation loop at train.py:10 ran 3 `eval` iteration(s) while collection was paused" in shown

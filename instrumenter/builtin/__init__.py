@@ -87,7 +87,7 @@ class BuiltinBackend(Backend):
         from .statistics.step_marks import step_marks
         from .statistics.ranks import rank_stats, stragglers
         from .statistics.taskstats import cut_steps, run_split, summarize
-        from .statistics.counters import counter_notes, task_counters
+        from .statistics.counters import counter_notes, task_counters, uncollected
         from .samples.samplefile import read_sample_dir
         from .samples.sampling import summarize_samples
         from .trace.scan import scan_trace_dir
@@ -152,6 +152,7 @@ class BuiltinBackend(Backend):
         summary = replace(base, steps=steps, warnings=warnings, run_split=run_split(traces, found.windows, record),
                           machine=record.machine, ranks=ranks, stragglers=stragglers(ranks), trace_window=trace_window,
                           counters=task_counters(traces, found, domains), counter_notes=counter_notes(traces),
+                          uncollected=uncollected(traces),
                           **samples)
         script_name = readable(Path(record.script).name)
         # with ranks, a line per rank; the marks of the first's steps

@@ -108,6 +108,9 @@ TRACE_KINDS = {
     "BEGIN": 1, "END": 2, "PAUSE": 3, "RESUME": 4, "DETACH": 5, "LIMIT": 6,
     "COUNTERS": 7, "HARDWARE": 8, "HARDWARE2": 9,
     "DOMAIN_NAME": 16, "STRING_NAME": 17, "THREAD_NAME": 18, "STATS": 19, "NOTE": 20,
+    # a name record written at exit: how many tasks of that name, on an own domain, began while collection was
+    # paused (a = the count): what ran outside collection (outside every training region)
+    "PAUSED_BEGINS": 21,
 }
 #: record flags
 RECORD_FLAGS = {

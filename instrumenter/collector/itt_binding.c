@@ -106,12 +106,43 @@ static itt_string_handle *col_string_handle_create(const char *name)
     return h;
 }
 
+/* A task of an own domain begun while collection is paused (outside every training region, as after the last
+   one ended) is in no figure: counted on its string handle, whose extra1 ITT reserves for the collector,
+   and told at exit (note_paused_begins), so the summary can say what ran outside collection. */
+static void count_paused_begin(const itt_domain *domain, itt_string_handle *name)
+{
+    if (name && own_domain((uint64_t)(uintptr_t)domain)) __atomic_fetch_add(&name->extra1, 1, __ATOMIC_RELAXED);
+}
+
+void note_paused_begins(void)
+{
+    static atomic_flag told = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&told)) return;
+    if (pthread_mutex_trylock(&g_mutex) != 0) return; /* at exit, a thread stopped holding it: nothing to wait for */
+    for (size_t i = 0; i < g_strings.cap; i++) {
+        itt_string_handle *h = g_strings.keys[i] ? g_strings.vals[i] : NULL;
+        int count = h ? __atomic_load_n(&h->extra1, __ATOMIC_RELAXED) : 0;
+        if (count > 0) write_name_now_locked(K_PAUSED_BEGINS, (const void *)(uintptr_t)count, h->strA, current_tid());
+    }
+    pthread_mutex_unlock(&g_mutex);
+}
+
+void paused_begins_fork_child(void)
+{
+    for (size_t i = 0; i < g_strings.cap; i++)
+        if (g_strings.keys[i]) ((itt_string_handle *)g_strings.vals[i])->extra1 = 0;
+}
+
 static void col_task_begin(const itt_domain *domain, itt_id id, itt_id parentid,
                            itt_string_handle *name)
 {
     (void)id;
     (void)parentid;
-    if (UNLIKELY(atomic_load_explicit(&g_state, memory_order_relaxed))) return;
+    int state = atomic_load_explicit(&g_state, memory_order_relaxed);
+    if (UNLIKELY(state)) {
+        if (state == ST_PAUSED) count_paused_begin(domain, name);
+        return;
+    }
     tbuf *t = emit(K_BEGIN, 0, 0, (uint64_t)(uintptr_t)domain, (uint64_t)(uintptr_t)name);
     if (LIKELY(t != NULL)) task_push(t, domain, name); /* sampler hook */
     if (UNLIKELY(g_forked) && t) t->depth++;
@@ -194,7 +225,7 @@ static const struct { const char *name; void *func; } IMPLEMENTED[] = {
     {"__itt_thread_set_name", (void *)col_thread_set_name},
 };
 
-static void flush_at_python_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
+static void flush_at_python_exit(void) { atomic_store(&g_exiting, 1); note_paused_begins(); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
 
 /* In a Python process, flush at the end of Py_FinalizeEx too: a run stopped by an unhandled
    KeyboardInterrupt finalizes Python, then kills itself with SIGINT, so neither atexit()

@@ -89,4 +89,9 @@ _Static_assert(sizeof(itt_id) == 24, "itt_id");
 
 #define ITT_SCOPE_HOST 1
 
+/* At exit: a PAUSED_BEGINS name record for each task name an own domain began while collection was paused. */
+void note_paused_begins(void);
+/* In a forked child (g_mutex held): its own count starts from zero, as its file does. */
+void paused_begins_fork_child(void);
+
 #endif

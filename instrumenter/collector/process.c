@@ -15,6 +15,7 @@
 #include "process.h"
 #include "common.h"
 #include "counters.h"
+#include "itt_binding.h"
 #include "sampler.h"
 #include "tasks.h"
 #include "trace_limit.h"
@@ -29,10 +30,11 @@ static void fork_child(void)
     identity_fork_child();
     g_header_flags = ((atomic_load(&g_state) & ST_PAUSED) ? F_START_PAUSED : 0) | (g_tsc ? F_TSC : 0);
     trace_limit_fork_child(); /* the child's file starts under the limit again */
+    paused_begins_fork_child();
     writer_fork_child(); /* releases g_mutex */
 }
 
-static void at_exit(void) { atomic_store(&g_exiting, 1); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
+static void at_exit(void) { atomic_store(&g_exiting, 1); note_paused_begins(); flush_all(); report_losses(); sampler_finish(); /* sampler hook */ }
 
 /* A signal that ends the process (SIGTERM from a scheduler, a crash) skips exit(): what the
    threads buffered is written out first, best effort and with async-signal-safe calls only

@@ -32,7 +32,7 @@ JSON_FIELDS: Dict[str, Any] = {
     "operators": [], "unfinished": 0, "warnings": [], "thread_time_s": 0.0, "ranks": [], "stragglers": [],
     "trace_window": None, "run_split": None, "machine": None, "vtune": None, "sampling": None, "hotspots": [],
     "hotspot_lines": [], "hotspots_by_task": {}, "hotspots_outside": [], "hotspot_lines_outside": [],
-    "counters": {}, "counter_notes": [], "operator_sampling": None,
+    "counters": {}, "counter_notes": [], "uncollected": {}, "operator_sampling": None,
 }
 
 

@@ -127,10 +127,19 @@ def notes(summary: BuiltinSummary, instrumentation: Optional[Instrumentation]) -
         return found
     counted = {(task.domain, task.name): task.count for task in summary.tasks}
     found += one_task_calls(instrumentation, counted)
+    paused = dict(summary.uncollected)
     for file in instrumentation.files:
         for region in file.regions:
-            if (region.get("role") == "eval" and summary.steps
-                    and not counted.get((file.domain, region.get("label")))):
+            label, role = region.get("label"), region.get("role")
+            if role not in ("step", "eval"):
+                continue
+            outside = paused.pop(label, 0)  # counted by name: one note for the regions sharing a label
+            kind = "evaluation" if role == "eval" else "step"
+            if outside:
+                found.append(f"the {kind} loop at {file.relative}:{region['line']} ran {outside} `{label}` "
+                             "iteration(s) while collection was paused (outside every training region, as after the "
+                             "last one ended): they are in none of these figures")
+            elif role == "eval" and summary.steps and not counted.get((file.domain, label)):
                 found.append(f"the evaluation at {file.relative}:{region['line']} was not collected: it ran "
                              "after the last pause (or not at all)")
     uses_tensorflow = any("tensorflow" in file.frameworks for file in instrumentation.files)

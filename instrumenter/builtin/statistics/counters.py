@@ -92,3 +92,13 @@ def counter_notes(traces: Sequence[ProcessTrace]) -> List[str]:
             if note not in seen:
                 seen.append(note)
     return seen
+
+
+def uncollected(traces: Sequence[ProcessTrace]) -> Dict[str, int]:
+    """Per task name of an own domain, how many began while collection was paused, over every process (the
+    collector's paused-begins records)."""
+    found: Dict[str, int] = {}
+    for trace in traces:
+        for name, count in trace.paused_begins.items():
+            found[name] = found.get(name, 0) + count
+    return found

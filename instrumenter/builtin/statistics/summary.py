@@ -196,6 +196,9 @@ class BuiltinSummary(Summary):
     counters: Dict[str, Dict[str, float]] = field(default_factory=dict)
     #: why hardware counters were not read, and other notes of the collector on counting
     counter_notes: List[str] = field(default_factory=list)
+    #: per task name of the run's own domains, how many began while collection was paused (outside every
+    #: training region, as after the last one ended): in none of the figures; counted by the collector
+    uncollected: Dict[str, int] = field(default_factory=dict)
     #: ``--torch-ops sampled``: ``rule`` (which iterations recorded PyTorch's operators), ``every``,
     #: ``ranges``, ``tasks`` (the iteration tasks sampled), ``iterations`` (of those tasks, run-wide), ``recorded`` (those that recorded them) and
     #: ``scale`` (iterations / recorded: what ``operators``' counts and times are multiplied by); None where

@@ -10,7 +10,8 @@ import numpy as np
 
 from .clock import Clock
 from .tracefile import (_COUNTER_KINDS, _HEADER, _RECORD, _STATS_HEAD, CHUNK_MAGIC, KIND_BEGIN, KIND_COUNTERS,
-                        KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE, KIND_HARDWARE2, KIND_NOTE, KIND_PAUSE, KIND_STATS,
+                        KIND_DOMAIN_NAME, KIND_END, KIND_HARDWARE, KIND_HARDWARE2, KIND_NOTE, KIND_PAUSE,
+                        KIND_PAUSED_BEGINS, KIND_STATS,
                         KIND_STRING_NAME, RECORD, _EVENT_KINDS, _NAME_KINDS, ProcessTrace, Stats, TraceFormatError,
                         FLAG_COUNTED_FROM, _decode, _header)
 
@@ -152,6 +153,8 @@ def _chunk(trace: ProcessTrace, data: bytes, body: int, body_end: int, tid: int,
             elif kind == KIND_NOTE:
                 if name not in trace.notes:
                     trace.notes.append(name)
+            elif kind == KIND_PAUSED_BEGINS:
+                trace.paused_begins[name] = trace.paused_begins.get(name, 0) + a
             else:
                 previous = thread_names.get(tid)
                 if previous is None or ts >= previous[0]:

@@ -157,6 +157,8 @@ kind  name           meaning
                      are 8 u64 (count, summed duration, time inside, self time, min, max,
                      time in outermost instances, unfinished; ns) then (bucket, count) u32
                      pairs; ``ts`` is the thread's last record
+21    paused begins  written at exit: ``a`` tasks named by the bytes began on an own domain
+                     while collection was paused (what ran outside collection)
 ===== ============== ============================================================
 
 Pointers are resolved through the name records of the whole file, wherever
@@ -267,15 +269,15 @@ _KINDS = formats.TRACE_KINDS
 KIND_BEGIN, KIND_END, KIND_PAUSE, KIND_RESUME, KIND_DETACH, KIND_LIMIT = (
     _KINDS[k] for k in ("BEGIN", "END", "PAUSE", "RESUME", "DETACH", "LIMIT"))
 KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2 = (_KINDS[k] for k in ("COUNTERS", "HARDWARE", "HARDWARE2"))
-KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS, KIND_NOTE = (
-    _KINDS[k] for k in ("DOMAIN_NAME", "STRING_NAME", "THREAD_NAME", "STATS", "NOTE"))
+KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_STATS, KIND_NOTE, KIND_PAUSED_BEGINS = (
+    _KINDS[k] for k in ("DOMAIN_NAME", "STRING_NAME", "THREAD_NAME", "STATS", "NOTE", "PAUSED_BEGINS"))
 _EVENT_KINDS = {KIND_BEGIN: "begin", KIND_END: "end", KIND_PAUSE: "pause",
                 KIND_RESUME: "resume", KIND_DETACH: "detach", KIND_LIMIT: "limit"}
 #: fixed-size records that are not events (the counters), read with them
 _COUNTER_KINDS = (KIND_COUNTERS, KIND_HARDWARE, KIND_HARDWARE2)
 #: a counters record's flag: its ``ts`` is when its counting began, and the end record before it ends the span
 FLAG_COUNTED_FROM = formats.RECORD_FLAGS["COUNTED_FROM"]
-_NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_NOTE)
+_NAME_KINDS = (KIND_DOMAIN_NAME, KIND_STRING_NAME, KIND_THREAD_NAME, KIND_NOTE, KIND_PAUSED_BEGINS)
 _STATS_HEAD = formats.STATS_HEAD.struct
 
 
@@ -313,6 +315,8 @@ class ProcessTrace:
     counters: Dict[int, List[int]] = field(default_factory=dict)
     #: the collector's notes (note records)
     notes: List[str] = field(default_factory=list)
+    #: task name -> how many tasks of that name began on an own domain while collection was paused
+    paused_begins: Dict[str, int] = field(default_factory=dict)
     #: where the file is cut short or damaged (see Damage): what follows was not read; None: read to its end
     cut: Optional[str] = None
 
