@@ -23,7 +23,8 @@ demo: $(STAMP)
 # the suite on 3.11 with every framework, then on the other versions that install here (README, "Python versions")
 test: $(STAMP)
 	scripts/debian_tools.sh
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 -m "not alone"
+	$(PY) -m pytest -q -m alone
 	scripts/version_matrix.sh
 
 bench: $(STAMP)

@@ -73,8 +73,11 @@ PY
         | grep -i -E '^(torch|tensorflow[-_]cpu|keras|jax|flax|transformers|deepspeed|stable[-_]baselines3|trl) ' \
         | awk '{printf "   %s %s\n", $1, $2}'
     # every version runs, whatever the one before gave; the matrix fails if any did
+    # the timing comparisons (marked alone) after the rest, one at a time: a second test on the two cores moves them
     if ! (cd "$here/suite" && AUTOITT_SUITE_INSTALLED=1 "$python" -m pytest -q -n 2 -p no:cacheprovider \
-              --rootdir "$checkout" -c "$checkout/pyproject.toml" "$checkout/tests"); then
+              --rootdir "$checkout" -c "$checkout/pyproject.toml" -m "not alone" "$checkout/tests" \
+          && AUTOITT_SUITE_INSTALLED=1 "$python" -m pytest -q -p no:cacheprovider \
+              --rootdir "$checkout" -c "$checkout/pyproject.toml" -m alone "$checkout/tests"); then
         failed+=("$version")
     fi
 done

@@ -25,7 +25,6 @@ under autoitt; backward 102, 178 and 105). Those operators (:data:`CLOCKED`) are
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -35,6 +34,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_profile import autoitt
+
+#: timings compared between two profilers' runs: nothing else of the suite on the cores meanwhile (pyproject.toml)
+pytestmark = pytest.mark.alone
 
 REAL = Path(__file__).parent / "inputs" / "real"
 REFERENCE = Path(__file__).parent / "torch_reference.py"
@@ -60,13 +62,6 @@ OUTSIDE = 0.001
 #: An estimated time is within this fraction of the reference's.
 TOLERANCE = 0.15
 SCRIPTS = ["vae.py", "word_language_model.py", "mnist.py", "nanogpt.py", "compile_loop.py"]
-#: Found in the version matrix (CPython 3.13, torch 2.13.0+cu130, the registry's default build), not yet
-#: explained: the VAE's counts are exact there too, but its ``aten::div`` takes 0.16-0.38 of torch.profiler's
-#: share and ``mm``/``addmm`` 1.25-2.05 of it, in all three pairs of runs; on the CPU build (3.11) all hold.
-#: Times and ranks are expected to fail there until the cause is known (issue 39's note says so).
-_DEFAULT_BUILD_VAE = pytest.mark.xfail(
-    "+cpu" not in importlib.metadata.version("torch"), strict=False,
-    reason="VAE operator times off on the default (CUDA) torch build: aten::div 0.2x torch.profiler's, unexplained")
 
 
 def _clocked(script: str, functions) -> str:
@@ -177,9 +172,7 @@ def _times_off(script, summary, table, _clock):
 
 
 @pytest.mark.slow
-def test_the_top_operators_times_are_within_15_percent_of_torch_profilers(runs, request):
-    if request.node.callspec.params["runs"] == "vae.py":
-        request.applymarker(_DEFAULT_BUILD_VAE)
+def test_the_top_operators_times_are_within_15_percent_of_torch_profilers(runs):
     # within 15 % and the table's own interval: an operator of few calls per step (the word language model's
     # _log_softmax, 2 % of the time) varies between steps more than the steps measured can pin down, and its
     # row says so (+-19 % there)
@@ -198,9 +191,7 @@ def _swapped(script, summary, table, _clock):
 
 
 @pytest.mark.slow
-def test_the_top_operators_rank_as_torch_profiler_ranks_them(runs, request):
-    if request.node.callspec.params["runs"] == "vae.py":
-        request.applymarker(_DEFAULT_BUILD_VAE)
+def test_the_top_operators_rank_as_torch_profiler_ranks_them(runs):
     # two operators whose times are within both tolerances of each other may swap: only pairs further apart
     _holds(runs, _swapped)
 

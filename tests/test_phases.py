@@ -298,6 +298,7 @@ def assert_splits_agree(tmp_path, script, phases=None, timed=False):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_an_optimizer_closures_forward_and_backward_are_not_optimizer_time(tmp_path):
     # LBFGS runs the closure (forward and backward) 20 times inside one Optimizer.step: counted as the
     # optimizer's, they would leave forward and backward nothing. Its own update grows with its history and
@@ -309,6 +310,7 @@ def test_an_optimizer_closures_forward_and_backward_are_not_optimizer_time(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_lightnings_automatic_optimization_splits_as_the_clock_does_without_a_profiler(tmp_path):
     """Lightning runs forward and backward in a closure inside Optimizer.step: they must not be the optimizer's.
     The reference is the clock's split of the same fit with no profiler (torch_reference.timed), not
@@ -321,6 +323,7 @@ def test_lightnings_automatic_optimization_splits_as_the_clock_does_without_a_pr
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_ddps_allreduce_wait_is_communication_and_its_collectives_are_operators(tmp_path):
     """The split is compared with a separately timed torch.profiler run. Here two ranks share the machine's
     two cores with whatever else runs, so the two runs can see different loads (once in a full suite on
