@@ -518,7 +518,7 @@ def test_the_json_keeps_the_builtin_fields(tiny_run):
     assert {"elapsed_s", "collected_s", "processes", "threads", "events", "tasks", "steps", "operators",
             "unfinished", "warnings", "vtune", "thread_time_s", "ranks", "stragglers", "trace_window",
             "run_split", "sampling", "hotspots", "hotspot_lines", "hotspots_by_task", "hotspots_outside",
-            "hotspot_lines_outside", "counters", "counter_notes", "machine", "operator_sampling"} == set(summary)
+            "hotspot_lines_outside", "counters", "counter_notes", "uncollected", "machine", "operator_sampling"} == set(summary)
     assert summary["sampling"] is None and summary["hotspots"] == []  # with VTune, VTune samples
     assert summary["elapsed_s"] > 0 and summary["collected_s"] > 0
 
