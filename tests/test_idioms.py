@@ -611,3 +611,64 @@ def test_a_forward_function_is_a_forward_pass_in_an_eval_context():
             for x, y in batches:
                 total += (forward(weights, x).argmax(1) == y).sum()
     """) == ["eval"]
+
+
+# -- a batch made inside the step ------------------------------------------------------------------------
+
+BATCH_IN_STEP = """
+    import torch
+    model = GPT()
+    def get_batch(split):
+        return torch.randint(0, 9, (4, 8)), torch.randint(0, 9, (4, 8))
+    X, Y = get_batch("train")
+    while True:
+        for micro_step in range(4):
+            logits, loss = model(X, Y)
+            X, Y = get_batch("train")
+            loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_statement_that_makes_the_steps_batch_inside_the_step_is_a_batch_region():
+    assert regions(BATCH_IN_STEP) == [(7, "step"), (10, "batch")]
+    assert reason(BATCH_IN_STEP, 10) == "makes the step's batch: get_batch() gives X, Y, fed to the model"
+
+
+def test_next_of_an_iterator_fed_to_the_model_is_a_batch_region():
+    assert regions("""
+        for step in range(100):
+            x, y = next(train_iter)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """) == [(2, "step"), (3, "batch")]
+
+
+def test_a_call_named_for_batches_whose_result_feeds_no_model_call_is_left_alone():
+    assert roles("""
+        for step in range(100):
+            seen = get_batch(step)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """) == ["step"]
+
+
+def test_a_call_not_named_for_a_batch_is_left_alone_though_it_feeds_the_model():
+    assert roles("""
+        for step in range(100):
+            size = get_batch_size(step)
+            loss = loss_fn(model(x[:size]), y[:size])
+            loss.backward()
+            optimizer.step()
+    """) == ["step"]
+
+
+def test_a_batch_made_in_an_evaluation_loop_is_left_alone():
+    assert roles("""
+        with torch.no_grad():
+            for k in range(10):
+                X, Y = get_batch("val")
+                model(X, Y)
+    """) == ["eval"]

@@ -116,6 +116,44 @@ def test_a_manual_update_and_gradient_clipping_after_backward_are_optimizer(tmp_
     assert step["phases"]["forward"]["seconds_per_step"] < optimizer
 
 
+BATCH_IN_STEP = COMMON + """
+import json, sys
+data = torch.randn(200_000, 64)
+model = torch.nn.Linear(64, 64)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+made = []
+
+def get_batch():
+    started = time.perf_counter()
+    rows = torch.randint(0, len(data) - 64, (256,))
+    x = torch.stack([data[i:i + 8].flatten()[:64] for i in rows])
+    made.append(time.perf_counter() - started)
+    return x, x.clone()
+
+for step in range(40):
+    X, Y = get_batch()
+    loss = torch.nn.functional.mse_loss(model(X), Y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(json.dumps({"batch_s": sorted(made)[len(made) // 2]}), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_the_operators_that_make_the_batch_inside_the_step_are_data_not_forward(tmp_path):
+    (tmp_path / "train.py").write_text(BATCH_IN_STEP)
+    done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    clock = json.loads(done.stderr.strip().splitlines()[-1])["batch_s"]
+    (step,) = json.loads(done.stdout)["steps"]
+    data, forward = step["phases"]["data"]["seconds_per_step"], step["phases"]["forward"]["seconds_per_step"]
+    # get_batch's 256 slices and its stack, timed by the program: data, within what the clock and a loaded
+    # machine allow; the model's one Linear is far less
+    assert 0.7 * clock <= data <= 1.3 * clock, (data, clock, step["phases"])
+    assert forward < 0.5 * data
+
+
 @pytest.mark.slow
 def test_a_data_bound_loops_iteration_time_counts_its_wait_for_data_and_comes_first(tmp_path):
     (tmp_path / "train.py").write_text(DATA_BOUND)

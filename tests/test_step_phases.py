@@ -216,3 +216,14 @@ def test_a_step_without_a_backward_keeps_its_operators_forward_beside_steps_with
     found = measure(tasks((LOOP, 0, 200), (STEP, 0, 100), (FORWARD, 10, 30), (BACKWARD, 30, 50), (ADD, 50, 60),
                           (STEP, 100, 200), (FORWARD, 110, 130), (ADD, 140, 150)))
     assert (found.nanoseconds["forward"], found.nanoseconds["optimizer"]) == (20 + 30, 10)
+
+
+def test_the_steps_own_statement_that_makes_its_batch_is_data_with_what_it_runs():
+    # nanoGPT's get_batch inside the step: a `batch` task of autoitt's, its operators inside it
+    groups = GROUPS + [("autoitt.train", "batch")]
+    category = np.array([phases.category(d, n, OWN, {"step"}, {"batch"}) for d, n in groups])
+    t = tasks((LOOP, 0, 100), (STEP, 0, 100), (FORWARD, 10, 30), (len(GROUPS), 30, 45), (ADD, 32, 40),
+              (BACKWARD, 45, 80))
+    loop = np.flatnonzero(t.group == STEP)
+    found = phases.measure(t, loop, loop, category, np.append(CREATION, False))
+    assert (found.nanoseconds["data"], found.nanoseconds["forward"]) == (15, 20)

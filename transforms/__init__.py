@@ -10,6 +10,7 @@ strip import libcst, so detection (``autoitt loops``) and ``--help`` stay
 quick to start.
 """
 
+from ._batches import BATCH_ROLE
 from ._detect import ROLES, Detection, Note, Region, detect
 from ._errors import RewriteError, SourceError
 from ._instrument import Outcome, Result, instrument, instrument_source
@@ -28,6 +29,7 @@ def strip_markers(data: bytes, name: str) -> bytes:
 
 
 __all__ = [
+    "BATCH_ROLE",
     "INSTRUMENTED_MARKER",
     "MAX_PT_REGIONS",
     "ROLES",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from . import _evidence as ev
+from ._batches import batch_fetches
 from ._engines import RUN, engine_run
 from ._index import Function, Index, Site
 from ._labels import labels
@@ -124,6 +125,7 @@ def detect(source: Source, label_overrides: Optional[Dict[int, str]] = None,
     found += library_calls + one_task
     found += _calls_given_a_role(index, classifier, found, notes)
     found += _compiled_call_sites(index, classifier)
+    found += batch_fetches(index, found)
     by = instrumented_by(source, index)
     if by is not None and by != "autoitt":
         found = _clear_of_own_markers(index, found, notes)

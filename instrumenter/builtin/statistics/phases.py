@@ -5,7 +5,9 @@ from the task instances the streaming pass keeps: the tasks a step runs, by
 category (:data:`CATEGORIES`), and the time in the loop before each step. The
 rules, for PyTorch's tasks under ``emit_itt`` (first match):
 
-* ``data``: ``enumerate(DataLoader)#...`` (the DataLoader's ``__next__``);
+* ``data``: ``enumerate(DataLoader)#...`` (the DataLoader's ``__next__``), and
+  the step's own statement that makes its batch (a ``batch`` region: nanoGPT's
+  ``get_batch``, what it runs included);
   also, per step, the time since the previous step ended (or the loop
   began), less the own regions run there (an evaluation between steps): the
   next batch where the DataLoader is not a task, a ``tf.data`` iterator;
@@ -78,11 +80,12 @@ _BACKWARD = re.compile(r"^autograd::engine::|Backward\d*$|AccumulateGrad")
 
 
 def category(domain: Optional[str], name: Optional[str], own_domains: Iterable[str],
-             step_labels: Iterable[str]) -> int:
-    """A task's category (:data:`CATEGORIES`) by the rules above."""
+             step_labels: Iterable[str], batch_labels: Iterable[str] = ()) -> int:
+    """A task's category (:data:`CATEGORIES`) by the rules above; ``batch_labels``: the own tasks that make a
+    step's batch inside it (``transforms._batches``)."""
     name = name or ""
     if domain in own_domains:
-        return STEP if name in step_labels else OWN
+        return STEP if name in step_labels else DATA if name in batch_labels else OWN
     if name == CLOSURE_TASK:
         return CLOSURE
     if name.startswith("enumerate(DataLoader)"):

@@ -22,6 +22,7 @@ from .estimates import Estimate, estimate, estimated_operators
 from .intervals import near_spans
 from .phases import COMMUNICATION_PREFIXES, TORCH_DOMAIN
 from .summary import STEADY_BUCKET_RATIO, BuiltinSummary, StepStats, TaskStats
+from transforms import BATCH_ROLE
 
 if TYPE_CHECKING:
     from ...profile.read_context import ReadContext
@@ -207,7 +208,7 @@ def cut_steps(steps: List[StepStats], kept: Intervals, groups: List[tuple], cont
 
 
 def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[Iterable[str]],
-                step_labels: Iterable[str], recorded: Optional[Recorded] = None
+                step_labels: Iterable[str], recorded: Optional[Recorded] = None, batch_labels: Iterable[str] = ()
                 ) -> Tuple[Dict[str, Dict[str, float]], Optional[phases.Measured]]:
     """The phases of the steps of groups ``ids`` (:mod:`.phases`), per step, over the steps after the
     warm-up (the first ``warm``) whose tasks were kept: all of them, or those of the timeline's window in a
@@ -220,7 +221,8 @@ def step_phases(found: Aggregates, ids: List[int], warm: int, domains: Optional[
     tasks, chosen, loop = _near(tasks, chosen, loop)
     own = set(domains or ())
     labels = set(step_labels)
-    category_of = np.array([phases.category(d, n, own, labels) for d, n in found.groups] or [0], np.int64)
+    batches = set(batch_labels)
+    category_of = np.array([phases.category(d, n, own, labels, batches) for d, n in found.groups] or [0], np.int64)
     creation = np.array([d == phases.CREATION_DOMAIN for d, _ in found.groups] or [False], np.bool_)
     measured = phases.measure(tasks, chosen, loop, category_of, creation)
     if measured is None:
@@ -348,7 +350,8 @@ def _near(tasks: Intervals, chosen: np.ndarray, loop: np.ndarray) -> Tuple[Inter
 def _with_phases(a: Aggregates, step: StepStats, context: ReadContext, recorded: Optional[Recorded]) -> StepStats:
     first_step = context.first_step
     found, measured = step_phases(a, _step_ids(a.groups, step.label, context.domains), step.warmup_steps,
-                                  context.domains, context.step_labels, recorded)
+                                  context.domains, context.step_labels, recorded,
+                                  [tasks.around for tasks in context.tasks if tasks.role == BATCH_ROLE])
     if measured is None:
         return replace(step, first_step=first_step)
     return replace(step, phases=found, phase_steps=measured.steps, steady_creations=measured.creations,
