@@ -180,7 +180,7 @@ def compile_run(tmp_path_factory):
 def test_a_compiled_loops_graphs_are_rows_counted_exactly_and_named_by_their_function(compile_run):
     summary, _ = compile_run
     rows = {op["label"]: op for op in summary["operators"] if op["label"]}
-    function = "compiled Classifier.forward (compile_loop.py:21)"
+    function = "compiled Classifier.forward (compile_loop.py:32)"
     # 3 epochs of 50 steps, each with its forward and backward graph; 3 evaluations of 4 batches: the
     # no-grad forward is a second compile of the same function
     assert {label: op["count"] for label, op in rows.items()} == {
@@ -192,5 +192,5 @@ def test_a_compiled_loops_graphs_are_rows_counted_exactly_and_named_by_their_fun
 def test_the_operator_table_shows_a_compiled_graph_by_its_function_not_its_hash(compile_run):
     _, text = compile_run
     table = text[text.index("Top PyTorch operators"):]
-    assert "compiled Classifier.forward (compile_loop.py:21) [0/0]" in table
+    assert "compiled Classifier.forward (compile_loop.py:32) [0/0]" in table
     assert "CompiledFxGraph" not in text

@@ -88,17 +88,20 @@ MANUAL_UPDATE = COMMON + """
 import json, sys
 model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
 x, y = torch.randn(8, 512), torch.randn(8, 512)
-update = []
+forward, update = [], []
 for step in range(60):
     model.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
+    started = time.perf_counter()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    forward.append(time.perf_counter() - started)
+    loss.backward()
     started = time.perf_counter()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     with torch.no_grad():
         for p in model.parameters():
             p.data.add_(p.grad, alpha=-0.01)
     update.append(time.perf_counter() - started)
-print(json.dumps({"update_s": sorted(update)[len(update) // 2]}), file=sys.stderr)
+print(json.dumps({"forward_s": sum(forward) / 60, "update_s": sum(update) / 60}), file=sys.stderr)
 """
 
 
@@ -108,12 +111,15 @@ def test_a_manual_update_and_gradient_clipping_after_backward_are_optimizer(tmp_
     (tmp_path / "train.py").write_text(MANUAL_UPDATE)
     done = autoitt("profile", "--json", "-r", "out", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    clock = json.loads(done.stderr.strip().splitlines()[-1])["update_s"]
+    clock = json.loads(done.stderr.strip().splitlines()[-1])
     (step,) = json.loads(done.stdout)["steps"]
-    optimizer = step["phases"]["optimizer"]["seconds_per_step"]
-    # the update's operators, less the Python between them: most of the block the program timed
-    assert 0.5 * clock <= optimizer <= 1.1 * clock, (optimizer, clock, step["phases"])
-    assert step["phases"]["forward"]["seconds_per_step"] < optimizer
+    optimizer, forward = (step["phases"][name]["seconds_per_step"] for name in ("optimizer", "forward"))
+    # The update's operators, less the Python between them: most of the block the program timed. Both are
+    # means (a median let one slow step on a busy machine put the phase above the clock); the program's mean
+    # takes in the warm-up steps the phase leaves out, which can only raise it.
+    assert 0.5 * clock["update_s"] <= optimizer <= 1.1 * clock["update_s"], (clock, step["phases"])
+    # and the forward holds none of it (counted as forward, the update would double it)
+    assert forward <= 1.1 * clock["forward_s"], (clock, step["phases"])
 
 
 BATCH_IN_STEP = COMMON + """
