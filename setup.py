@@ -115,12 +115,14 @@ setup(
         Extension(
             "instrumenter.runtime._around",
             sources=["instrumenter/runtime/around.c"],
+            depends=["instrumenter/runtime/guest.h"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
         ),
         # the copies' task_begin/task_end, with no Python frame (instrumenter/runtime/collection.py)
         Extension(
             "instrumenter.runtime._markers",
             sources=["instrumenter/runtime/markers.c"],
+            depends=["instrumenter/runtime/guest.h"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
             libraries=["dl"],  # dlopen/dlsym: ITT's pointers in ittapi's extension (markers.c, the direct path)
         ),

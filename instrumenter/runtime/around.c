@@ -9,9 +9,12 @@
  *
  * Contract:
  *   Around(fn, begin, end)(*args, **kwargs) calls begin(), then fn(*args, **kwargs), then end(), and returns
- *   what fn returned or raises what fn raised, with its traceback untouched. An error in begin() or end() is
- *   swallowed: a marker that fails must never change the program's outcome. end() runs whether fn returned or
- *   raised (so a task begun is always ended on this thread, as ITT requires).
+ *   what fn returned or raises what fn raised, with its traceback untouched. An error of begin()'s or end()'s own
+ *   is swallowed: a marker that fails must never change the program's outcome. An error that is the program's
+ *   (a KeyboardInterrupt, or what its signal handler raised while a marker's Python ran: guest.h) is raised:
+ *   from begin(), with fn not called; from end(), in place of fn's result or error (which becomes its context,
+ *   as when a signal lands while an error unwinds). end() runs whether fn returned or raised, or begin() was
+ *   interrupted (so a task begun is always ended on this thread, as ITT requires).
  *   Any attribute read on the wrapper is read on fn (a library that looks at its closure's attributes sees
  *   the closure's), except __wrapped__, which is fn (inspect.signature shows fn's); repr() is fn's.
  */
@@ -19,6 +22,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+
+#include "guest.h"
 
 typedef struct {
     PyObject_HEAD
@@ -28,34 +33,43 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Around;
 
-/* Calls `marker()`, swallowing what it raises, and leaves the error state as it found it (an exception from fn
-   in flight stays in flight). */
-static void call_marker(PyObject *marker)
+/* Calls `marker()`, swallowing what it raises of its own, and leaves the error state as it found it (an
+   exception from fn in flight stays in flight). Returns the program's error where the marker raised one (taken,
+   not set), else NULL. */
+static PyObject *call_marker(PyObject *marker)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *pending = PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-#endif
+    PyObject *pending = guest_take_error(), *programs = NULL;
     PyObject *result = PyObject_CallNoArgs(marker);
-    if (result == NULL)
-        PyErr_Clear();
+    if (result == NULL && guest_keep_programs())
+        programs = guest_take_error();
     Py_XDECREF(result);
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(pending);
-#else
-    PyErr_Restore(type, value, traceback);
-#endif
+    if (pending != NULL)
+        guest_restore_error(pending);
+    return programs;
 }
 
 static PyObject *around_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Around *self = (Around *)callable;
-    call_marker(self->begin);
-    PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
-    call_marker(self->end);
-    return result;
+    PyObject *result = NULL, *programs = call_marker(self->begin);
+    if (programs == NULL)
+        result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    PyObject *at_end = call_marker(self->end);
+    if (at_end != NULL) {
+        if (programs != NULL)
+            PyException_SetContext(at_end, programs); /* steals */
+        programs = at_end;
+    }
+    if (programs == NULL)
+        return result;
+    if (result == NULL) {
+        PyObject *fns = guest_take_error();
+        if (fns != NULL)
+            PyException_SetContext(programs, fns); /* steals */
+    }
+    Py_XDECREF(result);
+    guest_restore_error(programs);
+    return NULL;
 }
 
 static PyObject *around_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -133,7 +147,8 @@ static PyTypeObject AroundType = {
  * (args, kwargs), then fn with those, and returns what fn returned or raises what fn raised. Like Around, no Python
  * frame of its own is on the stack while fn runs: autoitt adds its Keras callback to a fit's callbacks this way
  * (instrumenter/runtime/libraries.py), and the user's callbacks, and what fit raises, see the stack they would see without
- * autoitt. An error in rebind, or a result of another shape, is swallowed: fn is called with the arguments given.
+ * autoitt. An error of rebind's own, or a result of another shape, is swallowed: fn is called with the arguments
+ * given. The program's error (guest.h) is raised, fn not called.
  * Attribute reads pass to fn, except __wrapped__, which is fn (inspect.signature shows fn's); repr() is fn's. */
 typedef struct {
     PyObject_HEAD
@@ -144,10 +159,8 @@ typedef struct {
 static PyObject *rebound_call(Rebound *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *given = PyObject_Call(self->rebind, args, kwargs);
-    if (given == NULL) {
-        PyErr_Clear();
-        return PyObject_Call(self->fn, args, kwargs);
-    }
+    if (given == NULL)
+        return guest_keep_programs() ? NULL : PyObject_Call(self->fn, args, kwargs);
     PyObject *result;
     if (PyTuple_Check(given) && PyTuple_GET_SIZE(given) == 2 && PyTuple_Check(PyTuple_GET_ITEM(given, 0))
         && PyDict_Check(PyTuple_GET_ITEM(given, 1)))
@@ -227,8 +240,8 @@ static PyTypeObject ReboundType = {
 /* Guarded(check, fn)(*args, **kwargs): calls check() and, where it returns true, fn(*args, **kwargs); else returns
  * None. autoitt's global optimizer step pre-hook is one (instrumenter/runtime/closures.py): PyTorch calls it at every
  * optimizer step, and where no profiler is on (most steps, with operators sampled) it costs a call into check (C)
- * and no Python frame. An error from check or fn is swallowed and the result is None (the call as it is): a hook
- * that fails must never change the program's outcome. */
+ * and no Python frame. An error of check's or fn's own is swallowed and the result is None (the call as it is): a
+ * hook that fails must never change the program's outcome. The program's error (guest.h) is raised. */
 typedef struct {
     PyObject_HEAD
     PyObject *check;
@@ -246,7 +259,8 @@ static PyObject *guarded_vectorcall(PyObject *callable, PyObject *const *args, s
     if (yes > 0)
         result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     if (result == NULL) {
-        PyErr_Clear();
+        if (guest_keep_programs())
+            return NULL;
         Py_RETURN_NONE;
     }
     return result;

@@ -40,6 +40,7 @@ import threading
 from typing import Any, Optional, Tuple
 
 from .extensions import load
+from .guest import programs
 
 #: The name of a closure's task (on PyTorch's ITT domain); the phases recognise it by this name.
 CLOSURE_TASK = "Optimizer.closure"
@@ -66,7 +67,9 @@ def install() -> bool:
             _installed = True  # tried once: a hook that cannot be made is not retried at every region
             try:
                 found[0](_hook(*found[1:]))
-            except Exception:  # a marker must never break the program: without it, closures count as optimizer
+            except Exception as error:  # a marker must never break the program: without it, closures count as optimizer
+                if programs(error):
+                    raise
                 return False
     return True
 
@@ -79,7 +82,9 @@ def register() -> Any:
         return None
     try:
         return found[0](_hook(*found[1:]))
-    except Exception:  # as install(): without it, closures count as optimizer
+    except Exception as error:  # as install(): without it, closures count as optimizer
+        if programs(error):
+            raise
         return None
 
 

@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import Any, Optional, Set, Tuple
 
+from .guest import programs
+
 #: The start of a string handle that tells a compile's function (the rest: :func:`text`'s JSON).
 PREFIX = "autoitt.compiled "
 
@@ -75,7 +77,9 @@ def tell() -> None:
                 _handle(text(str(compile_id), str(getattr(entry, "co_name", "") or "?"), str(filename),
                              int(getattr(entry, "co_firstlineno", 0) or 0)))
             _last = metrics[-1]
-    except Exception:  # a guest: Dynamo's private metrics changed shape; the graphs keep their compile ids
+    except Exception as error:  # a guest: Dynamo's private metrics changed shape; the graphs keep their compile ids
+        if programs(error):
+            raise
         return
 
 

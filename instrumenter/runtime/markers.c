@@ -24,7 +24,9 @@
  *   their argument parsing. An error from native's functions is raised as they raise it (as ittapi.compat's
  *   own markers would), marked as the markers' (the attribute `_autoitt_marker`, which the launcher reads to
  *   say the error is autoitt's: no frame of autoitt's is in its traceback to tell); the toggle's own errors are
- *   swallowed (it swallows its own too: a marker that fails must not change what the program does).
+ *   swallowed (it swallows its own too: a marker that fails must not change what the program does), and an
+ *   error that is the program's, a KeyboardInterrupt or whatever its signal handler raised while the toggle's
+ *   Python ran, is raised from the marker as it came (guest.h). A task_end that raises one ends its task first.
  *   direct: whether the direct path was found (read-only; where it was not, every call takes native's
  *   functions).
  *
@@ -53,6 +55,8 @@
 #include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
+
+#include "guest.h"
 
 /* ITT's ABI as ittnotify.h has it (x86-64 and aarch64 Linux: the default calling convention). */
 typedef struct {
@@ -178,43 +182,35 @@ static void find_direct(Direct *direct, PyObject *module)
         forget_direct(direct);
 }
 
-/* Calls the toggle's `method` (args[0] is the toggle), swallowing its error: no error is left set. */
-static void toggle_call(PyObject *method, PyObject *const *args, size_t nargs)
+/* Calls the toggle's `method` (args[0] is the toggle), swallowing its own error: -1 where the program's is left
+   set (guest.h), else 0. */
+static int toggle_call(PyObject *method, PyObject *const *args, size_t nargs)
 {
     PyObject *result = PyObject_VectorcallMethod(method, args, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (result == NULL)
-        PyErr_Clear();
     Py_XDECREF(result);
+    return result == NULL && guest_keep_programs() ? -1 : 0;
 }
 
 /* Whether some thread is inside an iteration recording its operators (then the toggle's bookkeeping must see
    every task): toggle.entered_threads != 0. An attribute that cannot be read counts as yes (the slow path is
-   always right). */
+   always right); -1 where reading it raised the program's error (left set). */
 static int someone_entered(PyObject *toggle)
 {
     PyObject *value = PyObject_GetAttr(toggle, s_entered_threads);
-    if (value == NULL) {
-        PyErr_Clear();
-        return 1;
-    }
-    int yes = PyObject_IsTrue(value);
-    Py_DECREF(value);
-    if (yes < 0) {
-        PyErr_Clear();
-        return 1;
-    }
+    int yes = value != NULL ? PyObject_IsTrue(value) : -1;
+    Py_XDECREF(value);
+    if (yes < 0)
+        return guest_keep_programs() ? -1 : 1;
     return yes;
 }
 
 /* Counts iteration `name` on the toggle: its number (1-based), 0 where the toggle does not sample `name`, -1 on
-   an error (swallowed). */
+   an error of its own (swallowed), -2 on the program's (left set). */
 static long count_iteration(PyObject *toggle, PyObject *name)
 {
     PyObject *counters = PyObject_GetAttr(toggle, s_counters);
-    if (counters == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
+    if (counters == NULL)
+        return guest_keep_programs() ? -2 : -1;
     long number = 0;
     PyObject *counter = PyDict_Check(counters) ? PyDict_GetItemWithError(counters, name) : NULL; /* borrowed */
     if (counter != NULL) {
@@ -222,10 +218,8 @@ static long count_iteration(PyObject *toggle, PyObject *name)
         number = next != NULL ? PyLong_AsLong(next) : -1;
         Py_XDECREF(next);
     }
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        number = -1;
-    }
+    if (PyErr_Occurred())
+        number = guest_keep_programs() ? -2 : -1;
     Py_DECREF(counters);
     return number;
 }
@@ -235,6 +229,8 @@ static long count_iteration(PyObject *toggle, PyObject *name)
    autoitt's is in its traceback to tell. Returns NULL, for `return fault();`. */
 static PyObject *fault(void)
 {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL; /* a KeyboardInterrupt that landed while native's function ran: the program's, unmarked */
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *raised = PyErr_GetRaisedException();
     if (raised != NULL && PyObject_SetAttrString(raised, "_autoitt_marker", Py_True) < 0)
@@ -293,9 +289,14 @@ static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssi
         Py_RETURN_NONE;
     /* after the task began: the operators are the iteration's children */
     long number = count_iteration(self->toggle, name);
+    if (number == -2)
+        return NULL; /* the program's error: the task began, and the program's own handling ends it or not */
     if (number < 0)
         Py_RETURN_NONE;
-    if (!someone_entered(self->toggle)
+    int entered = someone_entered(self->toggle);
+    if (entered < 0)
+        return NULL;
+    if (!entered
         && (number == 0
             || ((number % (number <= self->until ? self->every : self->later)) && number > self->ranges_end)))
         Py_RETURN_NONE; /* most steps: recorded by nobody, and not one the rule picks */
@@ -305,8 +306,10 @@ static PyObject *markers_task_begin(Markers *self, PyObject *const *args, Py_ssi
         Py_RETURN_NONE;
     }
     PyObject *targs[3] = {self->toggle, name, numbered};
-    toggle_call(s_begin_numbered, targs, 3);
+    int kept = toggle_call(s_begin_numbered, targs, 3);
     Py_DECREF(numbered);
+    if (kept < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -316,11 +319,20 @@ static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "task_end(domain)");
         return fault();
     }
-    if (self->toggle != NULL && someone_entered(self->toggle)) {
-        PyObject *targs[1] = {self->toggle};
-        toggle_call(s_end, targs, 1);
+    /* The program's error, raised by the toggle's Python: held while the task ends (ITT ends a thread's tasks in
+       order, so one left open would take the next end), then raised. */
+    PyObject *programs = NULL;
+    if (self->toggle != NULL) {
+        int entered = someone_entered(self->toggle);
+        if (entered > 0) {
+            PyObject *targs[1] = {self->toggle};
+            entered = toggle_call(s_end, targs, 1);
+        }
+        if (entered < 0)
+            programs = guest_take_error();
     }
     const Direct *direct = &self->direct;
+    PyObject *result;
     if (direct->end != NULL && Py_TYPE(args[0]) == direct->domain_type
         && still_native(direct, s_task_end, direct->native_end)) {
         /* ittapi's task_end(domain), as its __itt_task_end macro calls */
@@ -328,11 +340,19 @@ static PyObject *markers_task_end(Markers *self, PyObject *const *args, Py_ssize
         itt_task_end_fn end = *direct->end;
         if (d != NULL && d->flags && end != NULL)
             end(d);
-        Py_RETURN_NONE;
+        result = Py_NewRef(Py_None);
+    } else {
+        PyObject *call[2] = {self->native, args[0]};
+        result = PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (result == NULL && programs == NULL)
+            return fault();
     }
-    PyObject *call[2] = {self->native, args[0]};
-    PyObject *result = PyObject_VectorcallMethod(s_task_end, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    return result != NULL ? result : fault();
+    if (programs == NULL)
+        return result;
+    Py_XDECREF(result);
+    PyErr_Clear(); /* native's error, if any, gives way to the program's */
+    guest_restore_error(programs);
+    return NULL;
 }
 
 static int read_long(PyObject *from, const char *field, long *out)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .compiled import tell as tell_compiles
+from .guest import programs
 
 #: ``--torch-ops``: every operator of training (``emit_itt`` around each training region), those of a sample
 #: of the iterations, or none.
@@ -253,7 +254,9 @@ class OperatorToggle:
                 return  # the script's own profiler (or emit_itt) runs here: entering would raise
             context = torch.autograd.profiler.emit_itt()
             context.__enter__()
-        except Exception:  # a guest in the script's process: a torch that cannot, records no operators
+        except Exception as error:  # a guest in the script's process: a torch that cannot, records no operators
+            if programs(error):
+                raise
             return
         self._local.entered = _Entered(context)
         with self._lock:
@@ -281,16 +284,18 @@ class OperatorToggle:
             _remove(hook)
         try:
             entered.context.__exit__(None, None, None)
-        except Exception:
-            pass
+        except Exception as error:
+            if programs(error):
+                raise
         tell_compiles()  # a compile happens in a region's first iteration, which records: its graphs get names
 
 
 def _remove(hook: Any) -> None:
     try:
         hook.remove()
-    except Exception:  # a guest: a hook torch could not take back is left, guarded (it wraps only while profiling)
-        pass
+    except Exception as error:  # a guest: a hook torch could not take back is left, guarded (it wraps only while profiling)
+        if programs(error):
+            raise
 
 
 _toggle: Optional[OperatorToggle] = None
