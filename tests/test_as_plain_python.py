@@ -175,6 +175,43 @@ def test_the_exit_code_is_the_scripts(tmp_path, ending, code):
         assert plain.stderr in done.stderr  # the same traceback (or message), nothing of autoitt's in it
 
 
+# -- what the caller hands the process ----------------------------------------------------------------------------
+
+#: Reads the file named by its argument (bash's ``<(...)`` is a /dev/fd/N name) and a descriptor number it is told,
+#: and says what SIGHUP does; a training loop, so autoitt instruments it.
+INHERITS = LOOP + """
+import os, signal, sys
+print("config", open(sys.argv[1]).read().strip())
+print("fd", os.read(int(sys.argv[2]), 100).decode().strip())
+print("sighup ignored", signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)
+"""
+
+
+def _run_inheriting(folder: Path, *command: str) -> str:
+    """``command`` run by bash with a process substitution, descriptor 7 open on a file, and SIGHUP ignored
+    (as ``nohup`` leaves it): what the script printed."""
+    (folder / "given.txt").write_text("seven\n")
+    line = " ".join(command) + " <(echo lr=0.1) 7 7<given.txt"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    done = subprocess.run(["bash", "-c", line], cwd=folder, env=environment, capture_output=True, text=True,
+                          timeout=300, preexec_fn=nohup)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_descriptors_and_ignored_signals_the_caller_hands_down_are_the_scripts(tmp_path):
+    (tmp_path / "train.py").write_text(INHERITS)
+    plain = _run_inheriting(tmp_path, sys.executable, "train.py")
+    profiled = _run_inheriting(tmp_path, sys.executable, "-m", "instrumenter", "profile", "--backend", "builtin",
+                               "-r", "out", "train.py")
+    assert plain.splitlines() == ["config lr=0.1", "fd seven", "sighup ignored True"]
+    assert all(line in profiled.splitlines() for line in plain.splitlines()), profiled[-3000:]
+
+
 @pytest.mark.parametrize("exit_dir", [False, True], ids=["builtin", "with-exit-dir"])
 def test_ctrl_c_ends_the_process_by_sigint_with_the_same_traceback(tmp_path, exit_dir):
     """Run as autoitt runs it; with AUTOITT_EXIT_DIR (VTune) the body runs inside the prologue's ``with``."""

@@ -104,15 +104,18 @@ IN_THE_USERS_PROCESS = {
                                            "instrumenter.runtime.compiled"},
     # torch is found in sys.modules (the script imported it), never imported; the closure hook while recording,
     # and the compiles told after an iteration that recorded
-    "instrumenter/runtime/torch_ops.py": {"instrumenter.runtime.closures", "instrumenter.runtime.compiled"},
+    "instrumenter/runtime/torch_ops.py": {"instrumenter.runtime.closures", "instrumenter.runtime.compiled",
+                                          "instrumenter.runtime.guest"},
     # Dynamo's metrics found in sys.modules; the string handles made through ittapi
-    "instrumenter/runtime/compiled.py": {"ittapi"},
-    # autoitt's own C modules (_around, _markers), loaded by their path
-    "instrumenter/runtime/extensions.py": set(),
+    "instrumenter/runtime/compiled.py": {"ittapi", "instrumenter.runtime.guest"},
+    # autoitt's own C modules (_around, _markers), loaded by their path, and handed the rule of whose an error is
+    "instrumenter/runtime/extensions.py": {"instrumenter.runtime.guest"},
+    # whose an error is: the standard library only
+    "instrumenter/runtime/guest.py": set(),
     "instrumenter/runtime/window.py": {"ittapi", "instrumenter.runtime.collection", "instrumenter.runtime.libraries",
                                        "instrumenter.runtime.closures"},
     # torch is found in sys.modules, never imported; autoitt's own C wrapper (_around) is loaded by its path
-    "instrumenter/runtime/closures.py": {"instrumenter.runtime.extensions"},
+    "instrumenter/runtime/closures.py": {"instrumenter.runtime.extensions", "instrumenter.runtime.guest"},
     # the frameworks it imports are named by the object's class (already imported), never by name here; the C
     # wrappers that leave no frame come through closures (relatively: _autoitt.closures in a copy's process)
     "instrumenter/runtime/libraries.py": {"instrumenter.runtime.closures"},

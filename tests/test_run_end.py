@@ -37,13 +37,58 @@ for step in range(100000):
 """
 
 
-def _start(folder: Path, script: str = ENDLESS) -> subprocess.Popen:
+#: Trains until stopped; saves a checkpoint on SIGUSR1 (as a scheduler's warning asks) and goes on.
+CHECKPOINTS = """\
+import pathlib, signal, time
+
+
+def save(signum, frame):
+    pathlib.Path("checkpoint").write_text(f"saved at step {step}")
+
+
+signal.signal(signal.SIGUSR1, save)
+
+
+class Loss:
+    def backward(self):
+        time.sleep(0.02)
+
+
+for step in range(100000):
+    Loss().backward()
+    if step == 2:
+        pathlib.Path("started").write_text("yes")
+"""
+
+#: Trains until Ctrl-C; then takes its time to clean up, which a second KeyboardInterrupt would cut short.
+ONE_INTERRUPT = """\
+import pathlib, sys, time
+
+
+class Loss:
+    def backward(self):
+        time.sleep(0.02)
+
+
+try:
+    for step in range(100000):
+        Loss().backward()
+        if step == 2:
+            pathlib.Path("started").write_text("yes")
+except KeyboardInterrupt:
+    time.sleep(1.0)  # saving what it has
+    print("cleaned up after one KeyboardInterrupt")
+    sys.exit(9)
+"""
+
+
+def _start(folder: Path, script: str = ENDLESS, **popen) -> subprocess.Popen:
     (folder / "train.py").write_text(script)
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("INTEL_LIBITTNOTIFY", "AUTOITT_"))}
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "start_new_session": True,
+             "preexec_fn": default_signals, **popen}  # as a terminal starts it, not as the test run was
     process = subprocess.Popen([sys.executable, "-m", "instrumenter", "profile", "--json", "--backend", "builtin",
-                                "-r", "out", "train.py"], cwd=folder, env=environment, start_new_session=True,
-                               preexec_fn=default_signals,  # as a terminal starts it, not as the test run was
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "-r", "out", "train.py"], cwd=folder, env=environment, text=True, **popen)
     deadline = time.monotonic() + 120
     while not (folder / "started").exists():
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -80,6 +125,56 @@ def test_ctrl_c_to_the_process_group_exits_130_with_the_steps_so_far(tmp_path):
     assert code == 128 + signal.SIGINT
     assert summary["steps"][0]["count"] >= 3
     assert "KeyboardInterrupt" in err and "exit status 130" in err
+
+
+def test_sigint_to_autoitt_alone_stops_the_script_as_ctrl_c_would(tmp_path):
+    process = _start(tmp_path)
+    os.kill(process.pid, signal.SIGINT)  # `kill -INT`, a supervisor: autoitt's pid only, not the terminal's group
+    code, summary, err = _finish(process)
+    assert code == 128 + signal.SIGINT, err[-3000:]
+    assert "KeyboardInterrupt" in err
+    assert summary["steps"][0]["count"] >= 3
+
+
+def test_sigusr1_to_autoitt_reaches_the_scripts_handler_and_the_run_goes_on(tmp_path):
+    process = _start(tmp_path, CHECKPOINTS)
+    os.kill(process.pid, signal.SIGUSR1)  # scancel --signal=USR1, a preemption warning
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "checkpoint").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGTERM)
+    code, summary, err = _finish(process)
+    assert (tmp_path / "checkpoint").read_text().startswith("saved at step")
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert summary["steps"][0]["count"] >= 3
+
+
+def _controlling_terminal(slave: int):
+    def become() -> None:  # the child, a session leader of its own: the pty becomes its controlling terminal
+        import fcntl
+        import termios
+
+        default_signals()
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    return become
+
+
+def test_ctrl_c_at_a_terminal_is_one_keyboard_interrupt_for_the_script(tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        process = _start(tmp_path, ONE_INTERRUPT, stdin=slave, start_new_session=False,
+                         preexec_fn=_controlling_terminal(slave))
+        os.write(master, b"\x03")  # the terminal's Ctrl-C: SIGINT from the kernel to the foreground group
+        code, _summary, err = _finish(process)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert code == 9, err[-3000:]  # a second KeyboardInterrupt (autoitt passing the terminal's on) ends it 130
+    assert "cleaned up after one KeyboardInterrupt" in err
 
 
 def test_sighup_to_the_group_ends_the_run_as_a_hangup(tmp_path):

@@ -68,9 +68,10 @@ class BuiltinBackend(Backend):
         # the script's own arguments follow the .pyc in the command (deepspeed's --local_rank goes there)
         args_at = job.command.index(str(launch.main_file(job.folder / INSTRUMENTATION_FILE, job.script))) + 1
         command = list(under_launcher(job.options.launcher, job.command, args_at=args_at))
+        # the run queue's thread is started after the target, so that it blocks the signals passed on (target.py)
+        running = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
         with RunQueue() as queue:
-            process = target.start(command, env=env, stdout=sys.stderr.fileno() if job.options.json_output else None)
-            exit_code = target.wait(process)
+            exit_code = target.wait(running)
         elapsed = time.perf_counter() - started
         return Finished(exit_code, elapsed, started_at, during(before, Usage.now(), elapsed, queue.mean()),
                         chosen.to_json() if chosen is not None else None)

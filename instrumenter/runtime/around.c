@@ -320,9 +320,15 @@ static PyTypeObject GuardedType = {
     .tp_vectorcall_offset = offsetof(Guarded, vectorcall),
 };
 
+static PyMethodDef module_methods[] = {
+    GUEST_METHOD,
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "instrumenter.runtime._around",
+    .m_methods = module_methods,
     .m_doc = "Callable wrappers with no Python frame (see around.c).",
     .m_size = -1,
 };

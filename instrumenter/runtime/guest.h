@@ -6,14 +6,30 @@
  * program as its own code would have raised it. A bare PyErr_Clear() after a call that can run bytecode breaks it:
  * Ctrl-C was lost that way (issue 40).
  *
- * One copy per translation unit (static): each caches guest.programs on first use.
+ * One copy per translation unit (static). Each module built with it has set_programs(fn) (GUEST_METHOD), through which
+ * instrumenter/runtime/extensions.py hands it guest.programs as it loads it: in a copy's process the runtime's package
+ * is the launcher's _autoitt, not instrumenter.runtime, so the check is never imported by name. Before it is handed
+ * over, only the first half of the rule holds (what is not an Exception is the program's).
  */
 #ifndef AUTOITT_GUEST_H
 #define AUTOITT_GUEST_H
 
 #include <Python.h>
 
-static PyObject *guest_programs_fn; /* instrumenter.runtime.guest.programs, imported at the first Exception */
+static PyObject *guest_programs_fn; /* guest.programs, handed over by set_programs */
+
+static PyObject *guest_set_programs(PyObject *module, PyObject *fn)
+{
+    (void)module;
+    PyObject *old = guest_programs_fn;
+    guest_programs_fn = Py_NewRef(fn);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+#define GUEST_METHOD                                                                                                   \
+    {"set_programs", (PyCFunction)guest_set_programs, METH_O,                                                         \
+     "set_programs(fn): fn(error) says whether an Exception caught in a callback is the program's (guest.h)."}
 
 /* The error set, taken (none left set): the exception object, its traceback on it; NULL where none was set. */
 static inline PyObject *guest_take_error(void)
@@ -52,13 +68,6 @@ static int guest_keep_programs(void)
     PyObject *raised = guest_take_error();
     if (raised == NULL)
         return 0;
-    if (guest_programs_fn == NULL) {
-        PyObject *module = PyImport_ImportModule("instrumenter.runtime.guest");
-        if (module != NULL) {
-            guest_programs_fn = PyObject_GetAttrString(module, "programs");
-            Py_DECREF(module);
-        }
-    }
     PyObject *answer = guest_programs_fn != NULL ? PyObject_CallOneArg(guest_programs_fn, raised) : NULL;
     int yes = answer != NULL ? PyObject_IsTrue(answer) : 0;
     Py_XDECREF(answer);

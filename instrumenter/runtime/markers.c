@@ -459,9 +459,15 @@ static PyTypeObject MarkersType = {
     .tp_getset = markers_getset,
 };
 
+static PyMethodDef module_methods[] = {
+    GUEST_METHOD,
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "instrumenter.runtime._markers",
+    .m_methods = module_methods,
     .m_doc = "A copy's step markers with no Python frame (see markers.c).",
     .m_size = -1,
 };

@@ -143,7 +143,8 @@ def _collect(config: VTuneConfig, analysis: str, command: List[str], folder: Pat
 
 def _run_logged(command: List[str], env: Dict[str, str], log: Path, stdout_to_stderr: bool) -> int:
     """Run ``command``, showing its output live and copying it to ``log``; returns its exit code."""
-    process = target.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    running = target.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = running.process
     lock = threading.Lock()
     with open(log, "wb") as sink_log:
         def pump(stream, sink) -> None:
@@ -161,7 +162,7 @@ def _run_logged(command: List[str], env: Dict[str, str], log: Path, stdout_to_st
                  threading.Thread(target=pump, args=(process.stderr, sys.stderr))]
         for thread in pumps:
             thread.start()
-        code = target.wait(process)  # through Ctrl-C too: VTune finalizes what it collected
+        code = target.wait(running)  # through Ctrl-C too: VTune finalizes what it collected
         for thread in pumps:
             thread.join()
     return code
