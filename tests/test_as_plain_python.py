@@ -212,6 +212,15 @@ def test_descriptors_and_ignored_signals_the_caller_hands_down_are_the_scripts(t
     assert all(line in profiled.splitlines() for line in plain.splitlines()), profiled[-3000:]
 
 
+def test_a_script_named_like_the_itt_package_autoitt_imports_runs_once_as_itself(tmp_path):
+    # the copy's header imports ittapi.compat; the script's folder heads sys.path, and ittapi.py there took its place
+    (tmp_path / "ittapi.py").write_text(LOOP + "print('trained')\n")
+    done = autoitt("profile", "--json", "--backend", "builtin", "-r", "out", "ittapi.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("trained") == 1
+    assert json.loads(done.stdout)["steps"][0]["count"] == 2
+
+
 @pytest.mark.parametrize("exit_dir", [False, True], ids=["builtin", "with-exit-dir"])
 def test_ctrl_c_ends_the_process_by_sigint_with_the_same_traceback(tmp_path, exit_dir):
     """Run as autoitt runs it; with AUTOITT_EXIT_DIR (VTune) the body runs inside the prologue's ``with``."""

@@ -296,6 +296,12 @@ class _Main(types.ModuleType):
         at = len(sys.orig_argv) - len(sys.argv)
         if 0 < at < len(sys.orig_argv):
             sys.orig_argv[at] = self._script
+        # The copy's header imports ittapi (ittapi.compat): found here, before the script's folder heads sys.path,
+        # so that a script named ittapi.py (or a file of that name beside it) is not imported in its place.
+        try:
+            import ittapi.compat  # noqa: F401
+        except ImportError:
+            pass  # the copy's own import says what is missing
         # sys.path[0]: the folder of the main file's real path, unless -P (3.11) left it out.
         if (not getattr(sys.flags, "safe_path", False) and sys.path
                 and sys.path[0] == os.path.dirname(os.path.realpath(self._pyc))):

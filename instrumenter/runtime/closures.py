@@ -67,7 +67,7 @@ def install() -> bool:
             _installed = True  # tried once: a hook that cannot be made is not retried at every region
             try:
                 found[0](_hook(*found[1:]))
-            except Exception as error:  # a marker must never break the program: without it, closures count as optimizer
+            except Exception as error:  # a marker must never break the program: closures then count as optimizer
                 if programs(error):
                     raise
                 return False

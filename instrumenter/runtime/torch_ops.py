@@ -293,7 +293,7 @@ class OperatorToggle:
 def _remove(hook: Any) -> None:
     try:
         hook.remove()
-    except Exception as error:  # a guest: a hook torch could not take back is left, guarded (it wraps only while profiling)
+    except Exception as error:  # a guest: a hook torch could not take back is left, guarded (wraps only if profiling)
         if programs(error):
             raise
 
