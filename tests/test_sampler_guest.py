@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from instrumenter.builtin.samples.samplefile import F_NO_STACK_MAP, read_sample_dir
-from tests.test_collector import run_target, target_env
+from tests.test_collector import only_trace, run_target, target_env, tasks
 from tests.test_crash_hunt import hunt
 from tests.test_sampling import BUSY, REFUSE, cpu_time, only_samples, python_leaves
 
@@ -376,6 +376,45 @@ def test_a_program_that_closes_a_range_of_descriptors_keeps_being_sampled(tmp_pa
     mark = int(done.stdout)
     samples = only_samples(traces)
     assert (samples.ns > mark).sum() >= 200
+
+
+#: Tasks and busy work on both sides of a closerange over every descriptor (daemonizing code, a subprocess helper
+#: of the program's own); then files of the program's, opened on the numbers the collector's files had.
+CLOSES_EVERYTHING = """
+    import os, resource, ittapi.compat as itt
+    domain = itt.domain_create("closes")
+    itt.resume()
+    for step in range(200):
+        itt.task_begin(domain, "step")
+        busy(0.001)
+        itt.task_end(domain)
+        if step == 100:
+            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            mark = time.monotonic_ns()
+            # the program's own files, on the numbers just freed: written by the program alone
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            mine = [os.open("mine-%d" % n, os.O_WRONLY | os.O_CREAT, 0o644) for n in range(4)]
+            high = [os.dup2(mine[0], n) for n in range(soft, min(soft + 64, hard))]
+    busy(0.2)
+    itt.pause()
+    for fd in mine:
+        os.close(fd)
+    print(mark, max(os.path.getsize("mine-%d" % n) for n in range(4)))
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["perf", "timer"])
+def test_a_program_that_closes_every_descriptor_mid_run_loses_no_task_and_no_sample(tmp_path, mechanism):
+    # the trace file is opened again, by its path, where its descriptor was closed or its number taken: nothing
+    # buffered is lost, and nothing is written to the program's files (os.dup2 put them on our old numbers)
+    done, traces = run_target(tmp_path, busy_script(CLOSES_EVERYTHING), AUTOITT_SAMPLE_MECHANISM=mechanism)
+    mark, written = (int(word) for word in done.stdout.split())
+    assert written == 0
+    trace = only_trace(traces)  # no damage: a sample written into the trace file would be
+    assert tasks(trace).count(("begin", "closes", "step")) == 200
+    assert "opened again" in done.stderr
+    samples = only_samples(traces)
+    assert (samples.ns > mark).sum() >= 10, len(samples)
 
 
 @pytest.mark.slow

@@ -106,7 +106,10 @@ static pthread_cond_t s_wake;
 static _Atomic(sthread *) s_by_fd[S_FD_TABLE];  /* by fd - s_fd_base (writer.c's fd_out_of_the_way) */
 static sthread *_Atomic s_threads[S_MAX_THREADS];
 static uint32_t s_nthreads, s_serial;
-static int s_fd = -1;
+static int s_fd = -1;          /* the samples file, in the scanner's table (the same number in both until one moves) */
+static int s_fd_shared = -1;   /* the samples file in the process's table: s_fd until the program closes it */
+static dev_t s_fd_dev;
+static ino_t s_fd_ino;
 static int s_py;
 static char s_py_reason[320];
 static uint32_t s_py_version;
@@ -314,9 +317,36 @@ static unsigned char *s_record(uint32_t kind, size_t len)
     return p + sizeof head;
 }
 
+/*
+ * The samples file's descriptor in the calling thread's descriptor table (s_mutex held).  The scanner, with a table
+ * of its own (s_own_table), keeps s_fd: the program cannot close it there.  Every other thread (a pause's drain, the
+ * exit, a dlclose) writes through the process's table, where the program may have closed the number (closerange),
+ * or taken it again, for a file of its own or, as the lowest number free out of the way, for the trace file that
+ * writer.c opened again: there the file is checked (device and inode) before each write, and opened again by its
+ * path where it is not ours.  A fatal signal's flush (in_signal) only checks: no open in a handler.  -1: nowhere.
+ */
+static int s_fd_here(int in_signal)
+{
+    if (s_fd < 0) return -1;
+    if (atomic_load(&s_table) == S_TABLE_OWN && current_tid() == atomic_load(&s_scanner_tid)) return s_fd;
+    if (fd_holds(s_fd_shared, s_fd_dev, s_fd_ino)) return s_fd_shared;
+    if (in_signal) return -1;
+    char path[sizeof g_dir + 40];
+    snprintf(path, sizeof path, "%s/samples-%u.bin", g_dir, g_file_id);
+    int fresh = fd_out_of_the_way(open(path, O_WRONLY | O_APPEND | O_CLOEXEC), 0);
+    if (fresh >= 0 && !fd_holds(fresh, s_fd_dev, s_fd_ino)) { /* another file by that name now */
+        close(fresh);
+        fresh = -1;
+    }
+    s_fd_shared = fresh; /* the old number is left alone: it may be the program's now */
+    if (atomic_load(&s_table) != S_TABLE_OWN) s_fd = fresh >= 0 ? fresh : s_fd; /* one table: one number */
+    return fresh;
+}
+
 static void s_flush_out(void)
 {
-    if (s_fd >= 0 && s_out_len) write_all(s_fd, s_out, s_out_len);
+    int fd = s_out_len ? s_fd_here(0) : -1;
+    if (fd >= 0) write_all(fd, s_out, s_out_len);
     s_out_len = 0;
 }
 
@@ -337,12 +367,14 @@ static void s_info_locked(void)
     s_info info = {(uint32_t)s_hz, (uint32_t)s_mechanism, (uint32_t)s_signal, (uint32_t)s_py, s_period_ns,
               s_eval_start, s_eval_size, s_py_version, S_MAX_NATIVE, S_MAX_PY, S_RING, s_eval_cold_start,
               s_eval_cold_size};
-    s_write_record(s_fd, SR_INFO, &info, sizeof info, NULL, 0);
+    int fd = s_fd_here(0);
+    if (fd >= 0) s_write_record(fd, SR_INFO, &info, sizeof info, NULL, 0);
 }
 
 static void s_reason_locked(const char *text)
 {
-    if (s_fd >= 0) s_write_record(s_fd, SR_REASON, text, strlen(text), NULL, 0);
+    int fd = s_fd_here(0);
+    if (fd >= 0) s_write_record(fd, SR_REASON, text, strlen(text), NULL, 0);
 }
 
 /* _PyEval_EvalFrameDefault's cold partition, [*start, *start + *size) (0, 0: none found).  GCC splits a
@@ -419,6 +451,12 @@ static void s_open_file_locked(void)
     h.flags = (g_tsc ? S_HEADER_TSC : 0u) | (g_forked ? S_HEADER_FORKED : 0u);
     h.ticks = now_ticks();
     h.mono_ns = now_ns(CLOCK_MONOTONIC);
+    struct stat st;
+    if (fstat(s_fd, &st) == 0) {
+        s_fd_dev = st.st_dev;
+        s_fd_ino = st.st_ino;
+    }
+    s_fd_shared = s_fd;
     write_all(s_fd, &h, sizeof h);
     s_info_locked();
     if (s_py_reason[0]) s_reason_locked(s_py_reason);
@@ -1520,9 +1558,11 @@ static void s_fork_child(void)
         st->freed_ns = 0;
         atomic_store(&st->tail, atomic_load(&st->head));
     }
-    if (s_fd >= 0) close(s_fd);
-    s_fd = -1;
-    if (s_maps_fd >= 0) close(s_maps_fd); /* the parent's map */
+    /* the child's table is a copy of the forking thread's (the process's): the parent's samples file and map are
+       closed there only where the numbers still hold them (the program may have taken them since) */
+    if (fd_holds(s_fd_shared, s_fd_dev, s_fd_ino)) close(s_fd_shared);
+    s_fd = s_fd_shared = -1;
+    if (s_maps_fd_ours()) close(s_maps_fd); /* the parent's map */
     s_maps_fd = -1;
     if (own) s_task_dir = NULL; /* its descriptor was the parent scanner's alone: the DIR is left, not closed */
     atomic_store(&s_table, S_TABLE_UNSETTLED);
@@ -1737,7 +1777,7 @@ static unsigned char s_fatal_buf[1u << 17];
 void sampler_fatal(void)
 {
     if (!s_started || atomic_load(&s_finished) || pthread_mutex_trylock(&s_mutex) != 0) return;
-    int fd = s_fd;
+    int fd = s_fd_here(1);
     if (fd >= 0) {
         for (uint32_t i = 0; i < s_nthreads; i++) atomic_store(&atomic_load(&s_threads[i])->active, 0);
         s_clock clock_pair = {now_ticks(), now_ns(CLOCK_MONOTONIC)};

@@ -149,7 +149,7 @@ static void write_out(tbuf *b)
     if (g->out_len == CHDR) return;
     chunk_header h = chunk_now(b->tid, (uint32_t)(g->out_len - CHDR), b->seq++);
     memcpy(g->out, &h, CHDR);
-    write_all(g->fd, g->out, g->out_len);
+    trace_write(g->fd, g->out, g->out_len);
     g->out_len = CHDR;
 }
 
@@ -177,7 +177,7 @@ static void reach_limit(int fd, uint32_t tid)
     chunk_header h = chunk_now(tid, REC, 0);
     memcpy(buf, &h, CHDR);
     memcpy(buf + CHDR, &r, REC);
-    write_all(fd, buf, sizeof buf);
+    trace_write(fd, buf, sizeof buf);
 }
 
 /* Writes records [s, e) of b, or past the limit counts them; flush_lock held (g_writer_above.drain). */
@@ -249,7 +249,7 @@ static void write_stats(int fd, tbuf *b, int at_end)
             memcpy(buf + CHDR, &r, REC);
             chunk_header h = chunk_now(b->tid, (uint32_t)(used - CHDR), b->seq++);
             memcpy(buf, &h, CHDR);
-            write_all(fd, buf, used);
+            trace_write(fd, buf, used);
         } while (bucket < HIST_BUCKETS);
         e->count = e->sum = e->inside = e->self = e->max = e->outer = e->unfinished = 0;
         e->min = UINT64_MAX;

@@ -157,6 +157,73 @@ void mkdirs(const char *dir)
 }
 
 /* ------------------------------------------------------------------------- */
+/* A closed descriptor.                                                      */
+
+/* The program may close the trace file's descriptor under the collector: daemonizing code and some launchers
+ * run os.closerange(3, limit), which reaches the room above the soft limit the file sits in.  Every write to the
+ * trace file checks first that its descriptor still holds the file opened (device and inode, one fstat): where
+ * it is closed (EBADF) or its number was taken again for a file of the program's, the file is opened again by its
+ * path, appended to and moved out of the way, and nothing buffered is lost.  The old number is never written to
+ * nor closed: it may be the program's now.  Where the file is gone (removed, or replaced by another), the trace
+ * ends there and the loss is said at exit.  Not covered: a number closed and taken again between the fstat and
+ * the write (two system calls apart), and a flush from a fatal signal's handler, which takes no lock to reopen. */
+static dev_t g_trace_dev;
+static ino_t g_trace_ino;
+static pthread_mutex_t g_reopen_mutex = PTHREAD_MUTEX_INITIALIZER; /* a leaf: no other lock is taken under it */
+static _Atomic uint32_t g_trace_reopened;
+static _Atomic int g_in_signal_flush;
+
+int fd_holds(int fd, dev_t dev, ino_t ino)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+static int trace_fd_is_ours(int fd) { return fd_holds(fd, g_trace_dev, g_trace_ino); }
+
+static void remember_trace_file(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        g_trace_dev = st.st_dev;
+        g_trace_ino = st.st_ino;
+    }
+}
+
+/* The trace file's descriptor after `stale` was found not to hold it: the one another thread reopened, or a new
+   one; -1 where the file cannot be had again (then nothing more is written). */
+static int trace_reopen(int stale)
+{
+    if (atomic_load(&g_in_signal_flush)) return -1;
+    pthread_mutex_lock(&g_reopen_mutex);
+    int fd = atomic_load(&g_fd);
+    if (fd != stale && trace_fd_is_ours(fd)) {
+        pthread_mutex_unlock(&g_reopen_mutex);
+        return fd;
+    }
+    char path[sizeof g_dir + 32];
+    snprintf(path, sizeof path, "%s/itt-%u.bin", g_dir, g_file_id);
+    int fresh = fd_out_of_the_way(open(path, O_WRONLY | O_APPEND | O_CLOEXEC), 0);
+    if (fresh >= 0 && !trace_fd_is_ours(fresh)) { /* another file by that name now: not ours to append to */
+        close(fresh);
+        fresh = -1;
+    }
+    if (fresh >= 0) atomic_fetch_add(&g_trace_reopened, 1);
+    atomic_store(&g_fd, fresh >= 0 ? fresh : -2);
+    pthread_mutex_unlock(&g_reopen_mutex);
+    return fresh;
+}
+
+int trace_write(int fd, const void *data, size_t len)
+{
+    if (!trace_fd_is_ours(fd) && (fd = trace_reopen(fd)) < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    return write_all(fd, data, len);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Writing.                                                                  */
 
 /* Appends one name record (fixed part + padded bytes) at out; returns its size. */
@@ -199,7 +266,7 @@ static void write_registry_locked(int fd)
         }
         chunk_header h = chunk_now(tid, (uint32_t)(used - CHDR), 0);
         memcpy(chunk, &h, CHDR);
-        write_all(fd, chunk, used);
+        trace_write(fd, chunk, used);
     }
     free(chunk);
 }
@@ -238,6 +305,7 @@ int open_file_locked(void)
         atomic_store(&g_fd, -2);
         return -2;
     }
+    remember_trace_file(fd);
     file_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, FILE_MAGIC, 8);
@@ -280,7 +348,7 @@ void write_chunk(int fd, tbuf *b, uint32_t s, uint32_t e)
     chunk_header h = chunk_now(b->tid, e - s, b->seq++);
     memcpy(b->data + s - CHDR, &h, CHDR);
     atomic_fetch_add(&g_file_bytes, CHDR + (e - s));
-    if (write_all(fd, b->data + s - CHDR, CHDR + (e - s)) != 0) {
+    if (trace_write(fd, b->data + s - CHDR, CHDR + (e - s)) != 0) {
         atomic_store(&g_lost_errno, errno);
         atomic_fetch_add(&g_lost_records, (e - s) / REC); /* at most: name records are longer */
     }
@@ -294,6 +362,11 @@ void report_losses(void)
     if (uncounted && !atomic_flag_test_and_set(&said_uncounted))
         fprintf(stderr, "autoitt collector: past its trace limit, process %u could not count %llu records (tasks "
                 "nested over 256 deep, or memory)\n", g_pid, (unsigned long long)uncounted);
+    static atomic_flag said_reopened = ATOMIC_FLAG_INIT;
+    uint32_t reopened = atomic_load(&g_trace_reopened);
+    if (reopened && !atomic_flag_test_and_set(&said_reopened))
+        fprintf(stderr, "autoitt collector: process %u closed the trace file's descriptor (or took its number) %u "
+                "time(s); the file was opened again each time, nothing lost\n", g_pid, reopened);
     static atomic_flag said = ATOMIC_FLAG_INIT;
     uint64_t lost = atomic_load(&g_lost_records);
     if (lost == 0 || atomic_flag_test_and_set(&said)) return;
@@ -346,7 +419,7 @@ void write_name_now_locked(uint8_t kind, const void *ptr, const char *name, uint
     size_t used = CHDR + put_name_record(buf + CHDR, kind, now_ticks(), ptr, name);
     chunk_header h = chunk_now(tid, (uint32_t)(used - CHDR), 0);
     memcpy(buf, &h, CHDR);
-    write_all(fd, buf, used);
+    trace_write(fd, buf, used);
 }
 
 /* Remembers a name and writes it (g_mutex held). Returns the stored copy. */
@@ -465,6 +538,7 @@ void writer_fork_child(void)
 
 void writer_flush_in_signal(void)
 {
+    atomic_store(&g_in_signal_flush, 1); /* no lock to reopen a closed file with: trace_reopen gives up */
     int fd = atomic_load(&g_fd);
     int locked = pthread_mutex_trylock(&g_mutex) == 0;
     for (tbuf *b = fd >= 0 ? g_buffers : NULL; b; b = b->next) {

@@ -120,6 +120,11 @@ void writer_flush_in_signal(void);
 
 uint32_t current_tid(void);
 int write_all(int fd, const void *data, size_t len);
+/* write_all to the trace file through `fd` (a load of g_fd): where the program closed that descriptor, or its number
+   now holds a file of the program's, the trace file is reopened first (see writer.c, "A closed descriptor"). */
+int trace_write(int fd, const void *data, size_t len);
+/* Whether descriptor fd is open on the file (dev, ino): a number of ours the program may have closed or taken. */
+int fd_holds(int fd, dev_t dev, ino_t ino);
 void mkdirs(const char *dir);
 int fd_out_of_the_way(int fd, int must);
 chunk_header chunk_now(uint32_t tid, uint32_t length, uint32_t seq);
