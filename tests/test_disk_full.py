@@ -126,6 +126,33 @@ def test_a_disk_that_fills_during_the_run_says_how_many_steps_the_summary_covers
     assert not [p.name for p in (disk / "out").iterdir() if p.name.endswith(".autoitt-tmp")]
 
 
+BUSY_STEPS = """\
+import time
+
+
+class Loss:
+    def backward(self):
+        started = time.process_time()
+        while time.process_time() - started < 0.005:
+            pass
+
+
+for step in range(400):
+    Loss().backward()
+"""
+
+
+def test_on_a_disk_that_fills_the_samples_give_way_to_the_trace(work, small_disk):
+    # 1000 samples a second of a few KiB each filled 100 KiB before the trace's first chunk: 293 of 400 steps
+    disk = small_disk(100)
+    (work / "train.py").write_text(BUSY_STEPS)
+    done = autoitt("profile", "--backend", "builtin", "--sample-rate", "1000", "-r", str(disk / "out"), "train.py",
+                   cwd=work, env={"AUTOITT_SAMPLE_MECHANISM": "perf"})
+    out = done.stdout.replace("\n", " ")
+    assert "Step time (step, 400 steps)" in out, out[-3000:]
+    assert "samples were no longer written from" in out and "the samples leave" in out
+
+
 def test_a_trace_cut_short_shows_its_steps_of_at_least_those_that_began(tmp_path):
     """The reader's side, with a file cut as a full disk cuts it (its last chunk partly written)."""
     from io import StringIO

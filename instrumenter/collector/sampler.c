@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -343,10 +344,39 @@ static int s_fd_here(int in_signal)
     return fresh;
 }
 
+/*
+ * On a disk that fills, the trace is worth more than the samples (its steps and tasks are what every figure stands
+ * on), and the samples, some kilobytes each, would fill it first.  So the samples leave room for it: a flush is
+ * not written where the disk holding the results would have less free than S_DISK_RESERVE after it (half the disk,
+ * where that is less: a small tmpfs), and the reason says from when.  s_mutex held.
+ */
+#define S_DISK_RESERVE (16ull << 20)
+static int s_disk_said;
+static void s_write_record(int fd, uint32_t kind, const void *a, size_t alen, const void *b, size_t blen);
+
+static int s_room_for(int fd, size_t len)
+{
+    struct statvfs v;
+    if (fstatvfs(fd, &v) != 0 || v.f_blocks == 0) return 1; /* cannot tell: written, as before */
+    uint64_t size = (uint64_t)v.f_blocks * v.f_frsize, avail = (uint64_t)v.f_bavail * v.f_frsize;
+    uint64_t reserve = size / 2 < S_DISK_RESERVE ? size / 2 : S_DISK_RESERVE;
+    if (avail >= reserve + len) return 1;
+    if (!s_disk_said) {
+        s_disk_said = 1;
+        char reason[320];
+        snprintf(reason, sizeof reason, "samples were no longer written from %.3f s into the run: the disk holding "
+                 "the results had %llu KiB free, and the samples leave %llu KiB of it to the trace",
+                 (double)(now_ns(CLOCK_MONOTONIC) - g_start_mono) / 1e9, (unsigned long long)(avail >> 10),
+                 (unsigned long long)(reserve >> 10));
+        s_write_record(fd, SR_REASON, reason, strlen(reason), NULL, 0);
+    }
+    return 0;
+}
+
 static void s_flush_out(void)
 {
     int fd = s_out_len ? s_fd_here(0) : -1;
-    if (fd >= 0) write_all(fd, s_out, s_out_len);
+    if (fd >= 0 && s_room_for(fd, s_out_len)) write_all(fd, s_out, s_out_len);
     s_out_len = 0;
 }
 
