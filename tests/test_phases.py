@@ -106,6 +106,7 @@ print(json.dumps({"forward_s": sum(forward) / 60, "update_s": sum(update) / 60})
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a phase against the program's clock: a second test on the two cores moves one, not the other
 def test_a_manual_update_and_gradient_clipping_after_backward_are_optimizer(tmp_path):
     """No optimizer task holds them: their operators are the update because they run after the backward."""
     (tmp_path / "train.py").write_text(MANUAL_UPDATE)
@@ -142,11 +143,12 @@ for step in range(40):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-print(json.dumps({"batch_s": sorted(made)[len(made) // 2]}), file=sys.stderr)
+print(json.dumps({"batch_s": sum(made) / len(made)}), file=sys.stderr)
 """
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a phase against the program's clock: a second test on the two cores moves one, not the other
 def test_the_operators_that_make_the_batch_inside_the_step_are_data_not_forward(tmp_path):
     (tmp_path / "train.py").write_text(BATCH_IN_STEP)
     # every step records its operators, so that the program's clock times get_batch with the same cost of
@@ -157,7 +159,8 @@ def test_the_operators_that_make_the_batch_inside_the_step_are_data_not_forward(
     (step,) = json.loads(done.stdout)["steps"]
     data, forward = step["phases"]["data"]["seconds_per_step"], step["phases"]["forward"]["seconds_per_step"]
     # get_batch's 256 slices and its stack, timed by the program: data, within what the clock and a loaded
-    # machine allow; the model's one Linear is far less
+    # machine allow; the model's one Linear is far less. Both are means: against the clock's median, a few slow
+    # steps on a loaded machine put the phase's mean at 1.7 times it (3.13's suite)
     assert 0.7 * clock <= data <= 1.3 * clock, (data, clock, step["phases"])
     assert forward < 0.5 * data
 
