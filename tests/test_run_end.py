@@ -37,9 +37,9 @@ for step in range(100000):
 """
 
 
-#: Trains until stopped; saves a checkpoint on SIGUSR1 (as a scheduler's warning asks) and goes on.
+#: Trains until stopped (ENDLESS); saves a checkpoint on SIGUSR1 (as a scheduler's warning asks) and goes on.
 CHECKPOINTS = """\
-import pathlib, signal, time
+import pathlib, signal
 
 
 def save(signum, frame):
@@ -47,18 +47,7 @@ def save(signum, frame):
 
 
 signal.signal(signal.SIGUSR1, save)
-
-
-class Loss:
-    def backward(self):
-        time.sleep(0.02)
-
-
-for step in range(100000):
-    Loss().backward()
-    if step == 2:
-        pathlib.Path("started").write_text("yes")
-"""
+""" + ENDLESS
 
 #: Trains until Ctrl-C; then takes its time to clean up, which a second KeyboardInterrupt would cut short.
 ONE_INTERRUPT = """\

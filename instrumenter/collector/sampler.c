@@ -497,11 +497,7 @@ static void s_open_file_locked(void)
 
 /* Whether s_maps_fd is still the map we opened: the program may have closed it (closerange) and its
    number been taken again.  fstat: async-signal-safe. */
-static int s_maps_fd_ours(void)
-{
-    struct stat st;
-    return s_maps_fd >= 0 && fstat(s_maps_fd, &st) == 0 && st.st_dev == s_maps_dev && st.st_ino == s_maps_ino;
-}
+static int s_maps_fd_ours(void) { return fd_holds(s_maps_fd, s_maps_dev, s_maps_ino); }
 
 /* Opens /proc/self/maps once, out of the program's low numbers, to be read again from its start (pread)
    each time: opening it each time took the lowest free number for a moment, which an open() of the

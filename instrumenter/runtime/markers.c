@@ -231,19 +231,11 @@ static PyObject *fault(void)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return NULL; /* a KeyboardInterrupt that landed while native's function ran: the program's, unmarked */
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *raised = PyErr_GetRaisedException();
+    PyObject *raised = guest_take_error();
     if (raised != NULL && PyObject_SetAttrString(raised, "_autoitt_marker", Py_True) < 0)
         PyErr_Clear(); /* an exception that takes no attribute: raised as it is */
-    PyErr_SetRaisedException(raised);
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (value != NULL && PyObject_SetAttrString(value, "_autoitt_marker", Py_True) < 0)
-        PyErr_Clear();
-    PyErr_Restore(type, value, traceback);
-#endif
+    if (raised != NULL)
+        guest_restore_error(raised);
     return NULL;
 }
 
